@@ -1,0 +1,134 @@
+"""Aggregation throughput of the switch model on loopback (`ina bench switch`).
+
+A switch model child process and N worker processes; each worker reduces (SUM) an int32
+vector through the switch ``rounds`` times with the real worker transport. Reported:
+
+- gradient payload: completed slots x lanes x 4 bytes per second (what every worker gets
+  back aggregated), in Gbit/s;
+- packets/s into the switch (slots x N) and the switch's CPU time per second of wall time
+  (from /proc), so a reader sees whether the switch or the workers were the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+from ina.host.launch import LocalSwitch, local_jobs
+from ina.host.transport import Transport, WorkerConfig
+from ina.protocol import P4_LANES, Counter, Op
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load(cfg: WorkerConfig, values: int, rounds: int, start, q) -> None:
+    try:
+        vec = np.arange(values, dtype=np.int32) * (cfg.worker_id + 1)
+        with Transport(cfg) as t:
+            t.reduce(vec[: cfg.lanes * 4], Op.SUM)  # warm-up: sockets, first RTT sample
+            start.wait()
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                out = t.reduce(vec, Op.SUM).values
+            dt = time.perf_counter() - t0
+        expect = np.arange(values, dtype=np.int32) * sum(range(1, cfg.num_workers + 1))
+        q.put((cfg.worker_id, dt, bool(np.array_equal(out, expect)), t.stats.retransmissions))
+    except Exception as e:
+        q.put((cfg.worker_id, float("nan"), False, repr(e)))
+
+
+def measure(workers: int, lanes: int, values: int, rounds: int, pool: int = 256) -> dict:
+    """One configuration: returns the row of the table."""
+    jobs = local_jobs(workers, pool)
+    with LocalSwitch(jobs, lanes=lanes, pool=max(pool, 1024), grpc=False) as sw:
+        ctx = mp.get_context("spawn")
+        q, start = ctx.Queue(), ctx.Event()
+        cfgs = [
+            WorkerConfig(
+                job_id=1,
+                worker_id=w.worker_id,
+                num_workers=workers,
+                switch=sw.address,
+                bind=(w.ip, w.udp_port),
+                pool_size=pool,
+                lanes=lanes,
+                timeout=30.0,
+            )
+            for w in jobs[0].workers
+        ]
+        procs = [ctx.Process(target=_load, args=(c, values, rounds, start, q)) for c in cfgs]
+        for p in procs:
+            p.start()
+        # Every worker is ready when it blocks on `start`; give spawn time with a deadline.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(p.pid for p in procs):
+            time.sleep(0.05)
+        time.sleep(2.0)  # workers import numpy and warm up before the start signal
+        cpu0, t0 = cpu_seconds(sw.proc.pid), time.perf_counter()
+        start.set()
+        rows = [q.get(timeout=600) for _ in procs]
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(sw.proc.pid) - cpu0
+        for p in procs:
+            p.join(timeout=10)
+        counters = sw.stop()
+    slots = rounds * -(-values // lanes)
+    worst = max(r[1] for r in rows)
+    return {
+        "workers": workers,
+        "lanes": lanes,
+        "packet_bytes": 20 + 4 * lanes,
+        "slots_per_s": slots / worst,
+        "packets_in_per_s": slots * workers / worst,
+        "gbit_s": slots * lanes * 4 * 8 / worst / 1e9,
+        "switch_cpu": cpu / wall,
+        "exact": all(r[2] for r in rows),
+        "retx": sum(r[3] for r in rows if isinstance(r[3], int)),
+        "results": counters["results"][0] if counters else None,
+        "expected_results": slots + 1,  # + the warm-up round's slot... checked loosely
+        "counter_results_ok": counters is not None and counters["results"][0] >= slots,
+        "_": Counter.RESULTS,
+    }
+
+
+TABLE_HEAD = (
+    "| workers | lanes | packet B | slots/s | packets in/s | gradient Gbit/s | switch CPU | exact |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|:---:|"
+)
+
+
+def row_md(r: dict) -> str:
+    return (
+        f"| {r['workers']} | {r['lanes']} | {r['packet_bytes']} | {r['slots_per_s']:,.0f} "
+        f"| {r['packets_in_per_s']:,.0f} | {r['gbit_s']:.3f} | {r['switch_cpu']:.2f} "
+        f"| {'yes' if r['exact'] else 'NO'} |"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--lanes", type=int, nargs="+", default=[P4_LANES, 2048])
+    p.add_argument("--megabytes", type=float, default=8.0, help="tensor size per worker")
+    p.add_argument("--rounds", type=int, default=3)
+
+
+def main(args: argparse.Namespace) -> list[dict]:
+    print(TABLE_HEAD)
+    rows = []
+    for lanes in args.lanes:
+        for workers in args.workers:
+            mb = args.megabytes if lanes >= 256 else args.megabytes / 8  # small packets: fewer
+            values = int(mb * 1e6 / 4)
+            r = measure(workers, lanes, values, args.rounds)
+            rows.append(r)
+            print(row_md(r), flush=True)
+    return rows

@@ -1,0 +1,41 @@
+"""The `ina` command: one subcommand per job a user does.
+
+    ina switch      run the switch model (UDP data path + P4Runtime service)
+    ina allreduce   N workers allreduce a tensor through a switch, checked exactly
+    ina counters    read a switch's aggregation counters over P4Runtime (once or live)
+    ina bench       benchmarks (switch throughput, compression)
+
+Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
+this file only maps names to modules, importing a module when its command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "switch": ("ina.switch_model.run", "run the switch model"),
+    "allreduce": ("ina.host.allreduce_cmd", "allreduce a tensor with N workers and check it"),
+    "counters": ("ina.control.counters_cli", "read a switch's counters over P4Runtime"),
+    "bench": ("ina.bench.cli", "run benchmarks"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="ina", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text)
+        sp.set_defaults(_module=module)
+        # Parse lazily: load the module's own arguments only for the command being run.
+        if argv and argv[0] == name:
+            importlib.import_module(module).add_arguments(sp)
+    args = parser.parse_args(argv)
+    return int(importlib.import_module(args._module).main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

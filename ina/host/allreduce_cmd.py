@@ -1,0 +1,196 @@
+"""`ina allreduce`: N worker processes allreduce a tensor through a switch and check it.
+
+By default it starts its own switch model (a child process) and N workers on loopback; with
+``--switch`` and ``--jobs`` it uses a running switch (the switch model elsewhere, or BMv2 in
+Mininet) and, with ``--worker-id``, runs just that one worker (one per Mininet host).
+
+Each worker's tensor is drawn from a seed that every worker knows, so every worker checks
+the switch's answer exactly: the integer sums must equal the wrap-around int32 sum of what
+all workers encoded, and the float result must be within the quantization bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sys
+import time
+
+import numpy as np
+
+from ina.host.transport import WorkerConfig
+from ina.switch_model.tables import JobSpec, load_jobs
+
+
+def worker_tensor(seed: int, worker_id: int, size: int):
+    """The tensor worker ``worker_id`` contributes: gradient-like (heavy-tailed) float32."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1000 + worker_id)
+    scale = torch.exp(torch.randn(size, generator=g))
+    return (torch.randn(size, generator=g) * scale * 1e-3).to(torch.float32)
+
+
+def run_worker(cfg: WorkerConfig, size: int, iters: int, seed: int) -> dict:
+    """Run one worker: ``iters`` allreduces, each checked exactly. Returns its statistics."""
+    from ina.host import quantize
+    from ina.host.allreduce import Worker
+
+    xs = [worker_tensor(seed, w, size).numpy() for w in range(cfg.num_workers)]
+    mine = worker_tensor(seed, cfg.worker_id, size)
+    times = []
+    with Worker(cfg) as worker:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            out = worker.allreduce(mine)
+            times.append(time.perf_counter() - t0)
+        info = worker.last
+        expected = np.zeros(size, np.int32)
+        for x in xs:  # int32 wrap-around sum of every worker's encoding
+            expected += quantize.encode(x, info.exponents, cfg.lanes, cfg.num_workers)
+        exact_ints = bool(np.array_equal(worker.last_int_sums, expected))
+        true_sum = np.sum(np.asarray(xs, dtype=np.float64), axis=0)
+        err = np.abs(out.numpy().astype(np.float64) - true_sum)
+        # bound: quantization + the float32 rounding of the returned tensor
+        bound = info.error_bound + np.abs(true_sum) * 2.0**-23 + 1e-45
+        st = worker.stats
+        return {
+            "worker": cfg.worker_id,
+            "exact_ints": exact_ints,
+            "within_bound": bool((err <= bound).all()),
+            "max_abs_err": float(err.max()) if size else 0.0,
+            "seconds": times,
+            "packets_sent": st.packets_sent,
+            "bytes_sent": st.bytes_sent,
+            "retransmissions": st.retransmissions,
+            "mean_rtt_us": 1e6 * st.rtt_sum / max(st.rtt_samples, 1),
+        }
+
+
+def _worker_main(cfg: WorkerConfig, size: int, iters: int, seed: int, q) -> None:
+    try:
+        q.put(run_worker(cfg, size, iters, seed))
+    except Exception as e:  # report, never hang the parent
+        q.put({"worker": cfg.worker_id, "error": f"{type(e).__name__}: {e}"})
+
+
+def worker_configs(
+    spec: JobSpec, switch: tuple[str, int], lanes: int, timeout: float
+) -> list[WorkerConfig]:
+    return [
+        WorkerConfig(
+            job_id=spec.job_id,
+            worker_id=w.worker_id,
+            num_workers=spec.num_workers,
+            switch=switch,
+            bind=(w.ip, w.udp_port),
+            pool_size=spec.pool_size,
+            lanes=lanes,
+            timeout=timeout,
+        )
+        for w in spec.workers
+    ]
+
+
+def run_workers(
+    cfgs: list[WorkerConfig], size: int, iters: int, seed: int, timeout: float
+) -> list[dict]:
+    """Run the workers as separate processes; collect their reports (with a deadline)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(c, size, iters, seed, q)) for c in cfgs]
+    for p in procs:
+        p.start()
+    reports = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(reports) < len(procs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"workers did not finish within {timeout:.0f} s")
+            try:
+                reports.append(q.get(timeout=min(left, 1.0)))
+            except Exception:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"worker process died (exit {dead[0].exitcode})") from None
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+    return sorted(reports, key=lambda r: r["worker"])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=4, help="worker processes (local switch)")
+    p.add_argument("--size", type=int, default=1_000_000, help="float32 values per tensor")
+    p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
+    p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
+    p.add_argument("--pool", type=int, default=128, help="slots in the job's pool (window)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=10.0, help="per-chunk timeout, seconds")
+    p.add_argument("--switch", help="IP:PORT of a running switch (default: start a model)")
+    p.add_argument("--jobs", help="jobs file describing the job (with --switch)")
+    p.add_argument("--worker-id", type=int, help="with --switch: run only this worker")
+
+
+def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
+    ok = True
+    print(
+        f"{'worker':>6} {'exact':>6} {'bound':>6} {'max err':>10} {'ms/call':>9} "
+        f"{'MB/s':>7} {'pkts':>8} {'retx':>5} {'rtt us':>7}"
+    )
+    for r in reports:
+        if "error" in r:
+            print(f"{r['worker']:>6} ERROR {r['error']}")
+            ok = False
+            continue
+        best = min(r["seconds"])
+        ok &= r["exact_ints"] and r["within_bound"]
+        print(
+            f"{r['worker']:>6} {r['exact_ints']!s:>6} {r['within_bound']!s:>6} "
+            f"{r['max_abs_err']:>10.3g} {1e3 * best:>9.2f} {4 * size / best / 1e6:>7.1f} "
+            f"{r['packets_sent']:>8} {r['retransmissions']:>5} {r['mean_rtt_us']:>7.0f}"
+        )
+    if counters:
+        print("\nswitch aggregation counters (packets, bytes):")
+        for name, (pk, by) in counters.items():
+            print(f"  {name:<18} {pk:>12} {by:>14}")
+    print("\nallreduce: " + ("OK, every sum exact" if ok else "FAILED"))
+    return ok
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.switch:
+        if not args.jobs:
+            raise SystemExit("--switch needs --jobs (the job's workers and pool)")
+        host, port = args.switch.rsplit(":", 1)
+        spec = load_jobs(args.jobs)[0]
+        cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout)
+        if args.worker_id is not None:
+            cfgs = [c for c in cfgs if c.worker_id == args.worker_id]
+        reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
+        return 0 if print_report(reports, args.size, None) else 1
+
+    from ina.host.launch import LocalSwitch, local_jobs
+
+    jobs = local_jobs(args.workers, args.pool)
+    print(
+        f"starting a switch model and {args.workers} workers: {args.size} float32 values "
+        f"each, {args.lanes} lanes per packet, pool {args.pool}",
+        flush=True,
+    )
+    with LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False) as sw:
+        cfgs = worker_configs(jobs[0], sw.address, args.lanes, args.timeout)
+        reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
+        counters = None
+        final = sw.stop()
+    ok = print_report(reports, args.size, counters or final)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="ina allreduce")
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

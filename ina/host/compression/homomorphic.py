@@ -1,0 +1,401 @@
+"""Lossless homomorphic compression of one bucket's allreduce (after Li et al., ICML'24).
+
+The switch can only OR, add (int32, wrapping) and take the max of integer lanes, so a
+compressed allreduce must be built from exactly those. For one bucket of ``n`` int32 values
+per worker (zero almost everywhere after sparsification), every worker runs:
+
+1. **Round 1, OR.** Send the bitmap of its non-zero positions (``n / 32`` int32 words,
+   ``ina.host.compression.bitmap``); get back the union bitmap. The header's MAX-combined
+   ``exp`` and ``level`` fields ride along, so the scale (exponent) and the compression level
+   are agreed in the same round: the caller quantizes with the agreed exponent only now.
+2. **Size the sketch** from the union's non-zero count ``nnz``, identically on every worker:
+   ``ceil(cells_per_nnz * nnz + cells_slack * sqrt(nnz))`` cells, 3 hash partitions, shared seeds
+   (``ina.host.compression.sketch``).
+3. **Round 2, SUM.** Send the count sketch of its values at the union positions; the switch adds
+   the sketches, which is the sketch of the sum (the sketch is linear in int32 arithmetic).
+4. **Peel** the summed sketch with cell counts computed locally from the union bitmap. Every
+   worker runs the same deterministic decoder on the same inputs, so all of them decode the same
+   positions and, if peeling stalls, agree on the same undecoded ones.
+5. **Repair** (only if peeling stalled): one dense SUM round of the worker's values at just
+   the undecoded positions. The result is exact; a failure is counted, never estimated.
+
+The result equals the dense wrap-around int32 sum of every worker's values, bit for bit.
+
+Value codings for round 2 (``HomomorphicConfig.coding``): ``"sketch"`` as above (Li et al.),
+and ``"support"``, which sends the ``nnz`` values at the union positions as plain lanes. Once
+the union is known (two rounds), ``"support"`` is smaller than any sketch (``nnz`` lanes against
+``~1.23 nnz``) and needs no peeling; the sketch earns its keep in the paper's one-round variant,
+where the index and the sketch travel together and the sketch is sized before the union is
+known. Both are exact. ``"sketch"`` falls back to ``"support"`` when the sketch would not be
+smaller than the dense bucket (union density above ~80 %).
+
+The transport is a ``reduce`` callable (``ina.host.transport``)::
+
+    reduce(values: int32[k], op: Op, exp: int = 0, level: int = 0) -> (int32[k], exp, level)
+
+an exact allreduce through the switch with ``exp`` and ``level`` MAX-combined. ``LocalGroup``
+below is an in-process model of the switch's arithmetic for N workers (tests, benchmarks).
+
+Example::
+
+    hc = HomomorphicAllreduce(HomomorphicConfig(cells_per_nnz=1.23, seed=7))
+    support = hc.agree_support(grad != 0, reduce, exp=my_exp)   # round 1
+    q = quantize(grad, support.exp)                              # int32, zero off the support
+    out = hc.reduce_values(q, support, reduce)                   # round 2 (+ repair)
+    total = dequantize(out.values, support.exp)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ina.host.compression import bitmap, sketch
+from ina.protocol import LANE_BYTES, Op
+
+Reduce = Callable[..., tuple[np.ndarray, int, int]]
+"""``reduce(values, op, exp=0, level=0) -> (values, exp, level)``: exact allreduce of int32 lanes."""
+
+
+@dataclass(frozen=True)
+class HomomorphicConfig:
+    """Hyperparameters; every worker of a job must use the same ones."""
+
+    cells_per_nnz: float = sketch.DEFAULT_CELLS_PER_NNZ  # sketch cells per union non-zero
+    cells_slack: float = sketch.DEFAULT_CELLS_SLACK  # + this x sqrt(nnz) cells; 0: none
+    num_hashes: int = sketch.DEFAULT_NUM_HASHES
+    seed: int = 0  # shared hash seed
+    coding: str = "sketch"  # round-2 value coding: a key of CODINGS
+
+    def __post_init__(self) -> None:
+        if not self.cells_per_nnz > 0:
+            raise ValueError(f"cells_per_nnz must be > 0, got {self.cells_per_nnz}")
+        if not self.cells_slack >= 0:
+            raise ValueError(f"cells_slack must be >= 0, got {self.cells_slack}")
+        if not 1 <= self.num_hashes <= 8:
+            raise ValueError(f"num_hashes must be in 1..8, got {self.num_hashes}")
+        if self.coding not in CODINGS:
+            raise ValueError(f"unknown coding {self.coding!r}; known: {sorted(CODINGS)}")
+
+    def sketch_spec(self, nnz: int, salt: int = 0) -> sketch.SketchSpec:
+        """The sketch every worker builds for a union of ``nnz`` positions."""
+        seed = (self.seed * 0x9E3779B1 + salt) & 0xFFFFFFFFFFFFFFFF
+        return sketch.SketchSpec.for_nnz(
+            nnz, self.cells_per_nnz, self.num_hashes, seed, self.cells_slack
+        )
+
+
+@dataclass(frozen=True)
+class Support:
+    """Outcome of round 1: the union support and the agreed header values."""
+
+    n: int  # bucket length
+    words: np.ndarray  # union bitmap, int32 words
+    positions: np.ndarray  # sorted int64 indices of the union's set bits
+    exp: int  # MAX over workers
+    level: int  # MAX over workers
+
+    @property
+    def nnz(self) -> int:
+        return int(self.positions.size)
+
+    def mask(self) -> np.ndarray:
+        return bitmap.unpack(self.words, self.n)
+
+
+@dataclass(frozen=True)
+class AllreduceResult:
+    """Outcome of one compressed allreduce on one worker."""
+
+    values: np.ndarray  # dense int32 sum over workers (length n, zero off the support)
+    support: Support
+    coding: str  # what round 2 actually sent: "sketch", "support" or "none" (empty union)
+    lanes: int  # int32 lanes this worker sent in round 2
+    repaired: int  # positions repaired by a dense SUM round (0 if peeling finished)
+    passes: int  # peeling passes (0 if no sketch)
+    bytes_round1: int  # payload bytes this worker sent per round (lanes only, no headers)
+    bytes_round2: int
+    bytes_repair: int
+
+    @property
+    def exp(self) -> int:
+        return self.support.exp
+
+    @property
+    def level(self) -> int:
+        return self.support.level
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.bytes_round1 + self.bytes_round2 + self.bytes_repair
+
+
+@dataclass
+class HomomorphicStats:
+    """Running totals over the allreduces of one ``HomomorphicAllreduce``."""
+
+    calls: int = 0
+    elements: int = 0  # bucket positions reduced (dense int32 would send 4 bytes each)
+    union_nnz: int = 0
+    bytes_round1: int = 0
+    bytes_round2: int = 0
+    bytes_repair: int = 0
+    peel_failures: int = 0  # calls whose peeling stalled and needed a repair round
+    repaired_positions: int = 0
+    fallbacks: int = 0  # calls where "sketch" sent the support instead (sketch not smaller)
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.bytes_round1 + self.bytes_round2 + self.bytes_repair
+
+    @property
+    def compression_ratio(self) -> float:
+        """Dense int32 bytes over bytes actually sent (higher is better)."""
+        return LANE_BYTES * self.elements / self.bytes_sent if self.bytes_sent else float("inf")
+
+    def add(self, result: AllreduceResult) -> None:
+        self.calls += 1
+        self.elements += result.support.n
+        self.union_nnz += result.support.nnz
+        self.bytes_round1 += result.bytes_round1
+        self.bytes_round2 += result.bytes_round2
+        self.bytes_repair += result.bytes_repair
+        self.peel_failures += result.repaired > 0
+        self.repaired_positions += result.repaired
+
+
+def _reduce_checked(
+    reduce: Reduce, lanes: np.ndarray, op: Op, exp: int, level: int
+) -> tuple[np.ndarray, int, int]:
+    """Call the transport and check that it returned as many lanes as were sent."""
+    out, exp_max, level_max = reduce(lanes, op, exp, level)
+    out = np.asarray(out)
+    if out.shape != lanes.shape:
+        raise RuntimeError(f"{op.name} round sent {lanes.size} lanes but got {out.shape} back")
+    return out.astype(np.int32, copy=False), int(exp_max), int(level_max)
+
+
+def repair(
+    values: np.ndarray, positions: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
+) -> np.ndarray:
+    """Exact sums at ``positions`` by one dense SUM round of this worker's ``values`` there.
+
+    Every worker must call it with the same ``positions`` (they do: peeling is deterministic).
+    """
+    lanes = np.ascontiguousarray(values[positions], np.int32)
+    summed, _, _ = _reduce_checked(reduce, lanes, Op.SUM, exp, level)
+    return summed
+
+
+@dataclass(frozen=True)
+class _Round2:
+    """What a value coding returns: sums at the support positions and what it cost."""
+
+    sums: np.ndarray  # int32, one per support position
+    coding: str
+    lanes: int
+    repaired: int = 0
+    passes: int = 0
+
+
+def _code_support(cfg: HomomorphicConfig, vals, support, reduce, salt) -> _Round2:
+    """Round 2 as plain lanes: this worker's values at the union positions, summed."""
+    sums, _, _ = _reduce_checked(reduce, vals, Op.SUM, support.exp, support.level)
+    return _Round2(sums, "support", vals.size)
+
+
+def _code_sketch(cfg: HomomorphicConfig, vals, support, reduce, salt) -> _Round2:
+    """Round 2 as a count sketch, peeled, with a repair round for whatever does not peel."""
+    spec = cfg.sketch_spec(support.nnz, salt)
+    if spec.cells >= support.n:  # no smaller than dense: the support lanes are cheaper still
+        return _code_support(cfg, vals, support, reduce, salt)
+    cells = sketch.hash_cells(support.positions, spec)
+    lanes = sketch.encode(vals, cells, spec)
+    summed, _, _ = _reduce_checked(reduce, lanes, Op.SUM, support.exp, support.level)
+    peeled = sketch.peel(summed, cells)
+    if not peeled.consistent:
+        raise RuntimeError(
+            "summed sketch is inconsistent with the union support: a worker used other "
+            "seeds/sizes or sent values outside the union; refusing to return its decode"
+        )
+    sums = peeled.values
+    undecoded = peeled.undecoded
+    if undecoded.size:
+        sums[undecoded] = repair(vals, undecoded, reduce, support.exp, support.level)
+    return _Round2(sums, "sketch", spec.cells, int(undecoded.size), peeled.passes)
+
+
+CODINGS: dict[str, Callable[..., _Round2]] = {"sketch": _code_sketch, "support": _code_support}
+
+
+class HomomorphicAllreduce:
+    """Two-round exact compressed allreduce of int32 buckets (see the module docstring).
+
+    One instance per worker (or per worker and bucket stream); ``stats`` accumulates.
+    """
+
+    def __init__(self, config: HomomorphicConfig | None = None) -> None:
+        # hyperparameters
+        self.config = config or HomomorphicConfig()
+        # stats
+        self.stats = HomomorphicStats()
+
+    def agree_support(
+        self, mask: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
+    ) -> Support:
+        """Round 1: OR the workers' non-zero bitmaps; MAX-combine ``exp`` and ``level``."""
+        mask = np.asarray(mask)
+        words = bitmap.pack(mask)
+        union, exp_max, level_max = _reduce_checked(reduce, words, Op.OR, exp, level)
+        return Support(mask.size, union, bitmap.positions(union, mask.size), exp_max, level_max)
+
+    def reduce_values(
+        self, values: np.ndarray, support: Support, reduce: Reduce, salt: int = 0
+    ) -> AllreduceResult:
+        """Round 2 (and the repair round if needed): the exact int32 sum on the support.
+
+        ``values`` is this worker's dense int32 bucket; it must be zero off ``support``.
+        ``salt`` varies the hash seeds (all workers must pass the same one).
+        """
+        values = np.asarray(values)
+        if values.dtype != np.int32 or values.shape != (support.n,):
+            raise ValueError(
+                f"values must be int32 of shape ({support.n},), got {values.dtype} {values.shape}"
+            )
+        vals = values[support.positions]
+        if np.count_nonzero(vals) != np.count_nonzero(values):
+            raise ValueError("values has non-zeros outside the agreed support (round-1 mask)")
+        out = np.zeros(support.n, np.int32)
+        if support.nnz:
+            r2 = CODINGS[self.config.coding](self.config, vals, support, reduce, salt)
+            out[support.positions] = r2.sums
+        else:  # every worker sees the empty union: nothing to send
+            r2 = _Round2(np.zeros(0, np.int32), "none", 0)
+        result = AllreduceResult(
+            values=out,
+            support=support,
+            coding=r2.coding,
+            lanes=r2.lanes,
+            repaired=r2.repaired,
+            passes=r2.passes,
+            bytes_round1=LANE_BYTES * support.words.size,
+            bytes_round2=LANE_BYTES * r2.lanes,
+            bytes_repair=LANE_BYTES * r2.repaired,
+        )
+        self.stats.add(result)
+        self.stats.fallbacks += r2.coding != self.config.coding and r2.coding != "none"
+        return result
+
+    def allreduce_int(
+        self,
+        values: np.ndarray,
+        reduce: Reduce,
+        exp: int = 0,
+        level: int = 0,
+        salt: int = 0,
+    ) -> AllreduceResult:
+        """Both rounds for values already in int32: support = ``values != 0``."""
+        values = np.asarray(values)
+        if values.dtype != np.int32 or values.ndim != 1:
+            raise ValueError(f"values must be 1-D int32, got {values.dtype} {values.shape}")
+        support = self.agree_support(values != 0, reduce, exp, level)
+        return self.reduce_values(values, support, reduce, salt)
+
+
+# --- an in-process model of the switch, for tests and benchmarks ---------------------------
+
+
+def combine(op: Op, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """What the switch computes from the workers' lanes: int32 wrap-around SUM, OR or MAX."""
+    stacked = np.stack([np.asarray(a, np.int32) for a in arrays])
+    if op == Op.SUM:
+        return np.add.reduce(stacked, axis=0, dtype=np.int32)  # wraps modulo 2**32
+    if op == Op.OR:
+        return np.bitwise_or.reduce(stacked, axis=0)
+    if op == Op.MAX:
+        return np.max(stacked, axis=0)
+    raise ValueError(f"unknown op {op!r}")
+
+
+@dataclass
+class LocalGroup:
+    """N workers in one process, each with a blocking ``reduce`` that combines like the switch.
+
+    ``run(fn)`` calls ``fn(worker, reduce)`` in one thread per worker and returns the results
+    in worker order. Each reduce call waits for all workers (``timeout`` seconds at most), then
+    returns ``combine(op, lanes)`` and the MAX of ``exp`` and ``level``. ``lanes_sent[w]``
+    counts the int32 lanes worker ``w`` contributed.
+    """
+
+    num_workers: int
+    timeout: float = 30.0
+    lanes_sent: list[int] = field(init=False)
+    calls: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+        self.lanes_sent = [0] * self.num_workers
+        self._rounds = [0] * self.num_workers  # reduce calls made by each worker
+        self._inbox: list = [None] * self.num_workers
+        self._result: tuple = ()
+        self._barrier = threading.Barrier(self.num_workers, action=self._combine)
+
+    def _combine(self) -> None:
+        ops = {(op, a.size) for a, op, _, _ in self._inbox}
+        if len(ops) != 1:
+            raise ValueError(f"workers disagree on the op or length of a round: {sorted(ops)}")
+        ((op, _),) = ops
+        lanes = combine(op, [a for a, _, _, _ in self._inbox])
+        self._result = (
+            lanes,
+            max(e for _, _, e, _ in self._inbox),
+            max(lv for _, _, _, lv in self._inbox),
+        )
+        self.calls += 1
+
+    def reducer(self, worker: int) -> Reduce:
+        """The ``reduce`` callable of ``worker``."""
+
+        def reduce(values: np.ndarray, op: Op, exp: int = 0, level: int = 0):
+            values = np.asarray(values, np.int32)
+            self._inbox[worker] = (values.copy(), Op(op), int(exp), int(level))
+            self.lanes_sent[worker] += values.size
+            self._rounds[worker] += 1
+            try:
+                self._barrier.wait(self.timeout)
+            except threading.BrokenBarrierError:
+                mine = self._rounds[worker]
+                missing = [w for w, r in enumerate(self._rounds) if r < mine]
+                raise TimeoutError(
+                    f"worker {worker}: round {mine} incomplete, workers missing: {missing}"
+                ) from None
+            lanes, e, lv = self._result
+            return lanes.copy(), e, lv
+
+        return reduce
+
+    def run(self, fn: Callable[[int, Reduce], object]) -> list:
+        """Run ``fn(worker, reduce)`` on every worker concurrently; re-raise the first error."""
+        results: list = [None] * self.num_workers
+        errors: list = []
+
+        def body(w: int) -> None:
+            try:
+                results[w] = fn(w, self.reducer(w))
+            except BaseException as exc:  # report it and release the other workers
+                errors.append(exc)
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(w,)) for w in range(self.num_workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self._barrier.reset()
+            raise min(errors, key=lambda e: isinstance(e, TimeoutError))  # the cause first
+        return results

@@ -1,0 +1,159 @@
+"""Start a local switch model and N worker processes: `ina allreduce` and the test harness.
+
+`LocalSwitch` runs `python -m ina.switch_model.run` as a child process with a jobs file
+naming the workers' addresses, and waits (with a timeout) for its ready line. The workers'
+UDP ports are reserved before the switch starts, because the switch must know where the
+workers are (worker_table) before they send.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+from ina.switch_model.run import READY
+from ina.switch_model.tables import JobSpec, local_job, save_jobs
+
+
+def free_udp_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct UDP ports that are free right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class LocalSwitch:
+    """A switch model child process on loopback, with its jobs installed from a jobs file."""
+
+    def __init__(
+        self,
+        jobs: list[JobSpec],
+        lanes: int = 256,
+        pool: int = 1024,
+        grpc: bool = True,
+        startup_timeout: float = 30.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.jobs = jobs
+        self.lanes = lanes
+        self._dir = tempfile.TemporaryDirectory(prefix="ina-switch-")
+        jobs_file = Path(self._dir.name) / "jobs.json"
+        save_jobs(jobs_file, jobs)
+        self.udp_port = free_udp_ports(1)[0]
+        self.grpc_address = f"127.0.0.1:{free_tcp_port()}" if grpc else ""
+        cmd = [
+            sys.executable,
+            "-m",
+            "ina.switch_model.run",
+            "--port",
+            str(self.udp_port),
+            "--lanes",
+            str(lanes),
+            "--pool",
+            str(pool),
+            "--jobs",
+            str(jobs_file),
+            "--grpc",
+            self.grpc_address,
+            *extra_args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.ready_line = self._wait_ready(startup_timeout)
+        self.final_counters: dict | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.udp_port)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+
+    def _wait_ready(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if line.startswith(READY):
+                return line
+        err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        self.stop()
+        raise RuntimeError(f"switch model did not start within {timeout} s: {err.strip()}")
+
+    def stop(self, timeout: float = 10.0) -> dict | None:
+        """Stop the switch (SIGTERM, then SIGKILL); return its final counters."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=2)
+        while not self._lines.empty():
+            line = self._lines.get()
+            if line.startswith('{"counters"'):
+                self.final_counters = json.loads(line)["counters"]
+        self._dir.cleanup()
+        return self.final_counters
+
+    def __enter__(self) -> LocalSwitch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def local_jobs(num_workers: int, pool_size: int, job_id: int = 1) -> list[JobSpec]:
+    """One job whose workers listen on freshly reserved loopback ports."""
+    ports = free_udp_ports(num_workers)
+    spec = local_job(job_id=job_id, num_workers=num_workers, pool_size=pool_size)
+    workers = tuple(
+        type(w)(job_id=w.job_id, worker_id=w.worker_id, ip=w.ip, udp_port=p, port=w.port)
+        for w, p in zip(spec.workers, ports, strict=True)
+    )
+    return [
+        JobSpec(
+            job_id=spec.job_id,
+            num_workers=num_workers,
+            pool_base=0,
+            pool_size=pool_size,
+            workers=workers,
+        )
+    ]

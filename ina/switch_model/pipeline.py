@@ -1,0 +1,356 @@
+"""The switch's aggregation pipeline as pure logic: INA payloads in, INA payloads out.
+
+This is the executable specification of the P4 program (`ina/p4/`). Its stages carry the
+names of the P4 controls and run in the same order:
+
+1. ``Validate``       version, op, flags, length and lane count; else drop MALFORMED.
+2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB.
+3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER), slot < pool_size (BAD_SLOT).
+4. ``SlotState``      one of the slot's two shadow copies, chosen by the SHADOW flag:
+                      - NEW: the copy is unused or holds an older generation (seq) -> the
+                        packet starts the aggregation (its lanes are written, not added);
+                      - STALE: the packet's seq is older than the copy's -> drop;
+                      - DUPLICATE: the copy is complete, or the worker's bit is already
+                        set -> answer it (below), never add it again;
+                      - CONTRIBUTE: set the worker's bit, count it.
+                      Every counted contribution also clears the worker's bit in the other
+                      copy (SwitchML), so that copy shows which workers still need its result.
+5. ``LaneAggregate``  per lane: write (NEW), SUM/OR/MAX into the register (CONTRIBUTE), or
+                      read the stored result (DUPLICATE into a completed slot).
+6. ``ExpLevelMax``    ``slot_exp`` and ``slot_level`` are MAX-combined on every contribution.
+7. ``ResultEmit``     the contribution that completes the slot leaves as RESULT to the job's
+                      multicast group; a DUPLICATE into a complete slot gets the stored result
+                      by unicast; a DUPLICATE into an incomplete one a PENDING reply (with the
+                      bitmap, so the worker can name who is missing).
+8. ``Stats``          the ``ina_stats`` and ``worker_contributions`` counters.
+
+Why the sequence number: a generation check makes reuse safe without a reset message (a
+worker sends chunk ``seq + pool_size`` into a slot only after it has the result of ``seq``,
+so every worker has moved on from generation ``seq - pool_size`` when ``seq + pool_size``
+arrives), and a duplicate delayed by the network can never be added into a later sum.
+Sequence numbers are compared modulo 2**32 (serial-number arithmetic).
+
+The pipeline processes batches: parsing and validation are vectorized over the batch; the
+stateful stages run per packet in order, so a batch behaves exactly like the same packets one
+at a time, which is what the P4 program does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ina.protocol import (
+    FRAME_OVERHEAD,
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    LANE_BYTES,
+    LANE_DTYPE,
+    MAX_LANES,
+    MAX_WORKERS,
+    VERSION,
+    Counter,
+    Flag,
+    Op,
+    packet_bytes,
+)
+from ina.switch_model.state import Counters, SlotRegisters
+from ina.switch_model.tables import JobEntry, Tables
+
+MULTICAST = -1  # Outputs.dest value: to the job's multicast group
+
+_HALF = 1 << 31
+_MASK32 = (1 << 32) - 1
+
+
+@dataclass
+class Outputs:
+    """Packets the pipeline emits for one batch, in preallocated buffers.
+
+    Row ``i < n`` of ``data`` holds an INA payload of ``length`` bytes for ``job_id[i]``,
+    sent to worker ``dest[i]`` or, if ``dest[i] == MULTICAST``, to multicast group
+    ``group[i]``.
+    """
+
+    data: np.ndarray  # (capacity, stride) uint8
+    dest: np.ndarray  # int32
+    job_id: np.ndarray  # int32
+    group: np.ndarray  # int32
+    n: int = 0
+
+    @classmethod
+    def allocate(cls, capacity: int, stride: int) -> Outputs:
+        z = np.zeros(capacity, dtype=np.int32)
+        return cls(np.zeros((capacity, stride), np.uint8), z.copy(), z.copy(), z.copy())
+
+    def staging(self, lanes: int) -> np.ndarray:
+        """Native int32 rows where the pipeline snapshots result lanes (reused)."""
+        st = getattr(self, "_staging", None)
+        if st is None or st.shape != (self.data.shape[0], lanes):
+            st = np.zeros((self.data.shape[0], lanes), np.int32)
+            self._staging = st
+        return st
+
+    def packets(self) -> list[tuple[int, int, int, bytes]]:
+        """(dest, job_id, group, payload) of each output (for tests and tools)."""
+        return [
+            (int(self.dest[i]), int(self.job_id[i]), int(self.group[i]), self.data[i].tobytes())
+            for i in range(self.n)
+        ]
+
+
+class Pipeline:
+    """The INA aggregation pipeline with its registers, counters and tables."""
+
+    def __init__(self, lanes: int, pool_total: int, tables: Tables | None = None) -> None:
+        if not 1 <= lanes <= MAX_LANES:
+            raise ValueError(f"lanes must be 1..{MAX_LANES}, got {lanes}")
+        if pool_total < 1:
+            raise ValueError("pool_total must be >= 1")
+        self.lanes = lanes
+        self.pool_total = pool_total
+        self.payload_bytes = packet_bytes(lanes)
+        self.tables = tables if tables is not None else Tables()
+        self.registers = SlotRegisters(pool_total, lanes)
+        self.counters = Counters()
+
+    # -- control plane -----------------------------------------------------------------
+
+    def install_job(self, job: JobEntry) -> None:
+        """Add or replace a job; its pool's registers are reset (a new generation space)."""
+        self.tables.add_job(job, self.pool_total)
+        self.registers.reset(job.pool_base, job.pool_size)
+
+    def remove_job(self, job_id: int) -> None:
+        job = self.tables.jobs.pop(job_id, None)
+        if job is not None:
+            self.registers.reset(job.pool_base, job.pool_size)
+
+    def group_size(self, group: int) -> int:
+        return len(self.tables.mcast_groups.get(group, ()))
+
+    # -- data plane --------------------------------------------------------------------
+
+    def process(self, payload: bytes) -> list[tuple[int, int, int, bytes]]:
+        """One packet in, its outputs as (dest, job_id, group, payload) tuples."""
+        stride = max(len(payload), 1)
+        buf = np.zeros((1, stride), np.uint8)
+        buf[0, : len(payload)] = np.frombuffer(payload, np.uint8)
+        out = Outputs.allocate(1, max(stride, self.payload_bytes))
+        self.process_batch(buf, np.array([len(payload)]), out)
+        return [(d, j, g, p[: self.payload_bytes]) for d, j, g, p in out.packets()]
+
+    def process_batch(
+        self,
+        data: np.ndarray,
+        lengths: np.ndarray,
+        out: Outputs,
+        frame_overhead: int = FRAME_OVERHEAD,
+    ) -> int:
+        """Run ``lengths.size`` packets (rows of ``data``) through the pipeline.
+
+        ``out`` must have room for one output per input packet. Byte counters count
+        ``length + frame_overhead`` (the frame on the wire). Returns the number of outputs.
+        """
+        n = int(lengths.size)
+        out.n = 0
+        if n == 0:
+            return 0
+        lengths = np.asarray(lengths, dtype=np.int64)
+        stats = self.counters.stats
+        frame_len = lengths + frame_overhead
+        stats[Counter.PACKETS_IN, 0] += n
+        stats[Counter.PACKETS_IN, 1] += int(frame_len.sum())
+
+        # -- Validate (vectorized) ---------------------------------------------------
+        pb = self.payload_bytes
+        if data.shape[1] < pb:  # a buffer too narrow to hold a valid packet
+            valid = np.zeros(n, dtype=bool)
+            hdr = None
+        else:
+            hdr = data[:n, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(n)
+            valid = (
+                (lengths == pb)
+                & (hdr["version"] == VERSION)
+                & (hdr["op"] >= Op.SUM)
+                & (hdr["op"] <= Op.MAX)
+                & ((hdr["flags"] & (Flag.RESULT | Flag.PENDING)) == 0)
+                & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
+            )
+        bad = ~valid
+        if bad.any():
+            stats[Counter.DROP_MALFORMED, 0] += int(bad.sum())
+            stats[Counter.DROP_MALFORMED, 1] += int(frame_len[bad].sum())
+        idx = np.flatnonzero(valid)
+        if idx.size == 0:
+            return 0
+
+        # Lanes to native int32 once for the batch; the stateful loop uses whole rows.
+        lanes_in = data[idx, HEADER_BYTES:pb].copy().view(LANE_DTYPE).astype(np.int32)
+        h = hdr[idx]
+        ops = h["op"].tolist()
+        flags = h["flags"].tolist()
+        workers = h["worker_id"].tolist()
+        jobs_in = h["job_id"].tolist()
+        slots = h["slot"].tolist()
+        seqs = h["seq"].tolist()
+        exps = h["exp"].tolist()
+        levels = h["level"].tolist()
+        flen = frame_len[idx].tolist()
+
+        jobs = self.tables.jobs
+        reg = self.registers
+        r_seq, r_bitmap, r_count = reg.seq, reg.bitmap, reg.count
+        r_exp, r_level, r_values = reg.exp, reg.level, reg.values
+        wstats = self.counters.workers
+        # Local tallies, flushed into the counter arrays once per batch.
+        tally = [0] * (2 * len(Counter))
+
+        # Output bookkeeping, snapshotted when the output is decided (as the P4 program
+        # writes the packet then): input row, kind, bitmap, exp, level; lanes go to `staged`.
+        out_k: list[int] = []
+        out_kind: list[int] = []  # 0 result multicast, 1 result unicast, 2 pending unicast
+        out_bitmap: list[int] = []
+        out_exp: list[int] = []
+        out_level: list[int] = []
+        staged = out.staging(self.lanes)
+
+        for k in range(idx.size):
+            fl = flen[k]
+            # -- JobLookup --------------------------------------------------------------
+            job = jobs.get(jobs_in[k])
+            if job is None:
+                tally[2 * Counter.DROP_UNKNOWN_JOB] += 1
+                tally[2 * Counter.DROP_UNKNOWN_JOB + 1] += fl
+                continue
+            # -- WorkerCheck ------------------------------------------------------------
+            w = workers[k]
+            nw = job.num_workers
+            if w >= nw:
+                tally[2 * Counter.DROP_BAD_WORKER] += 1
+                tally[2 * Counter.DROP_BAD_WORKER + 1] += fl
+                continue
+            s = slots[k]
+            if s >= job.pool_size:
+                tally[2 * Counter.DROP_BAD_SLOT] += 1
+                tally[2 * Counter.DROP_BAD_SLOT + 1] += fl
+                continue
+            # -- SlotState --------------------------------------------------------------
+            base = (job.pool_base + s) << 1
+            shadow = 1 if flags[k] & Flag.SHADOW else 0
+            row = base + shadow
+            other = base + 1 - shadow
+            mask = 1 << w
+            q = seqs[k]
+            diff = (q - r_seq[row]) & _MASK32
+            cnt = r_count[row]
+            if cnt == 0 or (diff != 0 and diff < _HALF):
+                # NEW: first contribution of this generation. -- LaneAggregate: write.
+                r_seq[row] = q
+                r_bitmap[row] = mask
+                r_count[row] = cnt = 1
+                r_values[row] = lanes_in[k]
+                r_exp[row] = exps[k]
+                r_level[row] = levels[k]
+            elif diff != 0:
+                tally[2 * Counter.DROP_STALE] += 1
+                tally[2 * Counter.DROP_STALE + 1] += fl
+                continue
+            elif cnt >= nw or r_bitmap[row] & mask:
+                # DUPLICATE: counted once already, or the slot is complete (a late copy
+                # from a worker whose bit was cleared when it moved on); answer, never add.
+                tally[2 * Counter.DUPLICATES] += 1
+                tally[2 * Counter.DUPLICATES + 1] += fl
+                if cnt >= nw:
+                    kind = 1
+                    staged[len(out_k)] = r_values[row]
+                    tally[2 * Counter.RETX_REPLIES] += 1
+                    tally[2 * Counter.RETX_REPLIES + 1] += fl
+                else:
+                    kind = 2
+                    staged[len(out_k)] = lanes_in[k]
+                    tally[2 * Counter.PENDING_REPLIES] += 1
+                    tally[2 * Counter.PENDING_REPLIES + 1] += fl
+                out_k.append(k)
+                out_kind.append(kind)
+                out_bitmap.append(r_bitmap[row])
+                out_exp.append(r_exp[row])
+                out_level.append(r_level[row])
+                continue
+            else:
+                # CONTRIBUTE. -- LaneAggregate: combine into the register row.
+                r_bitmap[row] |= mask
+                r_count[row] = cnt = cnt + 1
+                op = ops[k]
+                if op == Op.SUM:
+                    np.add(r_values[row], lanes_in[k], out=r_values[row])
+                elif op == Op.OR:
+                    np.bitwise_or(r_values[row], lanes_in[k], out=r_values[row])
+                else:
+                    np.maximum(r_values[row], lanes_in[k], out=r_values[row])
+                # -- ExpLevelMax
+                if exps[k] > r_exp[row]:
+                    r_exp[row] = exps[k]
+                if levels[k] > r_level[row]:
+                    r_level[row] = levels[k]
+            # Both NEW and CONTRIBUTE land here: a counted contribution.
+            r_bitmap[other] &= ~mask
+            tally[2 * Counter.AGGREGATED] += 1
+            tally[2 * Counter.AGGREGATED + 1] += fl
+            wrow = job.job_index * MAX_WORKERS + w
+            wstats[wrow, 0] += 1
+            wstats[wrow, 1] += fl
+            # -- ResultEmit
+            if cnt == nw:
+                tally[2 * Counter.RESULTS] += 1
+                tally[2 * Counter.RESULTS + 1] += fl
+                staged[len(out_k)] = r_values[row]
+                out_k.append(k)
+                out_kind.append(0)
+                out_bitmap.append(r_bitmap[row])
+                out_exp.append(r_exp[row])
+                out_level.append(r_level[row])
+
+        # -- ResultEmit: build the output packets (vectorized) ------------------------
+        m = len(out_k)
+        if m:
+            ks = np.asarray(out_k)
+            kinds = np.asarray(out_kind)
+            oh = h[ks].copy()
+            shadow_bits = oh["flags"] & Flag.SHADOW
+            oh["flags"] = np.where(kinds == 2, Flag.PENDING, Flag.RESULT) | shadow_bits
+            oh["bitmap"] = out_bitmap
+            oh["exp"] = out_exp
+            oh["level"] = out_level
+            out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
+            out.data[:m, HEADER_BYTES:pb] = (
+                staged[:m].astype(LANE_DTYPE).view(np.uint8).reshape(m, pb - HEADER_BYTES)
+            )
+            out.dest[:m] = np.where(kinds == 0, MULTICAST, oh["worker_id"].astype(np.int32))
+            out.job_id[:m] = oh["job_id"]
+            grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
+            out.group[:m] = grp
+            # RESULT_PACKETS counts copies on the wire: a multicast counts its replicas,
+            # a pending reply is not a result.
+            copies = [
+                self.group_size(g) if kd == 0 else (1 if kd == 1 else 0)
+                for g, kd in zip(grp, out_kind, strict=True)
+            ]
+            tally[2 * Counter.RESULT_PACKETS] += sum(copies)
+            tally[2 * Counter.RESULT_PACKETS + 1] += sum(
+                c * flen[k] for c, k in zip(copies, out_k, strict=True)
+            )
+        out.n = m
+
+        t = np.asarray(tally, dtype=np.int64).reshape(len(Counter), 2)
+        stats += t
+        return m
+
+
+def lanes_of(payload: bytes) -> np.ndarray:
+    """Native int32 lanes of an INA payload."""
+    return np.frombuffer(payload, LANE_DTYPE, offset=HEADER_BYTES).astype(np.int32)
+
+
+__all__ = ["LANE_BYTES", "MULTICAST", "Outputs", "Pipeline", "lanes_of"]

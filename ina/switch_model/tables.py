@@ -1,0 +1,164 @@
+"""Control-plane state of the switch: the match-action tables and multicast groups.
+
+These mirror the P4 program's tables one to one (same names): the control plane fills them,
+the pipeline only reads them. Entries come from data (a jobs file, P4Runtime writes), never
+from code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ina.p4.entities import MAX_JOBS
+from ina.protocol import MAX_WORKERS
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """``job_table`` action ``set_job``: what the switch knows about one job."""
+
+    job_id: int
+    job_index: int  # dense index for per-job counters, < MAX_JOBS
+    num_workers: int
+    pool_base: int  # first slot of the job's pool in the switch's registers
+    pool_size: int  # slots in the pool (each with two shadow copies)
+    mcast_grp: int  # multicast group that reaches every worker of the job
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_workers <= MAX_WORKERS:
+            raise ValueError(f"job {self.job_id}: num_workers must be 1..{MAX_WORKERS}")
+        if not 0 <= self.job_index < MAX_JOBS:
+            raise ValueError(f"job {self.job_id}: job_index must be 0..{MAX_JOBS - 1}")
+        if self.pool_size < 1 or self.pool_base < 0:
+            raise ValueError(f"job {self.job_id}: pool_base >= 0 and pool_size >= 1 required")
+        if not 0 <= self.job_id < 1 << 16:
+            raise ValueError(f"job_id {self.job_id} does not fit 16 bits")
+
+
+@dataclass(frozen=True)
+class WorkerAddress:
+    """``worker_table`` action ``set_worker``: where one worker of a job is reached.
+
+    ``ip``/``udp_port`` address the worker; ``mac`` and ``port`` (the switch port) matter
+    only when the switch sees Ethernet frames (BMv2, the model on veths).
+    """
+
+    job_id: int
+    worker_id: int
+    ip: str
+    udp_port: int
+    mac: str = "00:00:00:00:00:00"
+    port: int = 0
+
+
+@dataclass
+class Tables:
+    """All control-plane entries of one switch."""
+
+    jobs: dict[int, JobEntry] = field(default_factory=dict)
+    workers: dict[tuple[int, int], WorkerAddress] = field(default_factory=dict)
+    # multicast group -> replicas (egress port, rid); rid is the worker id
+    mcast_groups: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def add_job(self, job: JobEntry, pool_total: int) -> None:
+        if job.pool_base + job.pool_size > pool_total:
+            raise ValueError(
+                f"job {job.job_id}: pool {job.pool_base}+{job.pool_size} exceeds the "
+                f"switch's {pool_total} slots"
+            )
+        for other in self.jobs.values():
+            if other.job_id == job.job_id:
+                continue
+            overlap = (
+                job.pool_base < other.pool_base + other.pool_size
+                and other.pool_base < job.pool_base + job.pool_size
+            )
+            if overlap:
+                raise ValueError(f"job {job.job_id}: pool overlaps job {other.job_id}'s")
+            if other.job_index == job.job_index:
+                raise ValueError(f"job {job.job_id}: job_index used by job {other.job_id}")
+        self.jobs[job.job_id] = job
+
+    def add_worker(self, w: WorkerAddress) -> None:
+        self.workers[(w.job_id, w.worker_id)] = w
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as written in a jobs file: the job entry plus its workers' addresses."""
+
+    job_id: int
+    num_workers: int
+    pool_base: int
+    pool_size: int
+    workers: tuple[WorkerAddress, ...]
+    job_index: int = 0
+    mcast_grp: int = 0
+
+    def entry(self) -> JobEntry:
+        return JobEntry(
+            job_id=self.job_id,
+            job_index=self.job_index,
+            num_workers=self.num_workers,
+            pool_base=self.pool_base,
+            pool_size=self.pool_size,
+            mcast_grp=self.mcast_grp or self.job_id + 1,
+        )
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["workers"] = [asdict(w) for w in self.workers]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> JobSpec:
+        workers = tuple(
+            WorkerAddress(job_id=d["job_id"], **{k: v for k, v in w.items() if k != "job_id"})
+            for w in d["workers"]
+        )
+        if len(workers) != d["num_workers"]:
+            raise ValueError(
+                f"job {d['job_id']}: {len(workers)} worker addresses for "
+                f"num_workers={d['num_workers']}"
+            )
+        ids = sorted(w.worker_id for w in workers)
+        if ids != list(range(d["num_workers"])):
+            raise ValueError(f"job {d['job_id']}: worker ids must be 0..num_workers-1")
+        rest = {k: v for k, v in d.items() if k != "workers"}
+        return cls(workers=workers, **rest)
+
+
+def load_jobs(path: str | Path) -> list[JobSpec]:
+    """Read a jobs file: ``{"jobs": [{job_id, num_workers, pool_base, pool_size, workers}]}``."""
+    data = json.loads(Path(path).read_text())
+    return [JobSpec.from_json(j) for j in data["jobs"]]
+
+
+def save_jobs(path: str | Path, jobs: list[JobSpec]) -> None:
+    Path(path).write_text(json.dumps({"jobs": [j.to_json() for j in jobs]}, indent=2) + "\n")
+
+
+def local_job(
+    job_id: int = 1,
+    num_workers: int = 2,
+    pool_size: int = 64,
+    pool_base: int = 0,
+    host: str = "127.0.0.1",
+    base_port: int = 50000,
+    job_index: int = 0,
+) -> JobSpec:
+    """A job whose workers listen on ``host:base_port + worker_id`` (loopback runs)."""
+    workers = tuple(
+        WorkerAddress(job_id=job_id, worker_id=w, ip=host, udp_port=base_port + w, port=w)
+        for w in range(num_workers)
+    )
+    return JobSpec(
+        job_id=job_id,
+        num_workers=num_workers,
+        pool_base=pool_base,
+        pool_size=pool_size,
+        workers=workers,
+        job_index=job_index,
+    )

@@ -1,0 +1,105 @@
+"""Shared fixtures: a switch model served on loopback in this process, and workers on
+threads (real UDP sockets), so that tests run fast on two cores."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import pytest
+
+from ina.host.launch import local_jobs
+from ina.host.transport import WorkerConfig
+from ina.switch_model.impair import Impairment
+from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.run import install_job_spec
+from ina.switch_model.server import SwitchServer
+from ina.switch_model.tables import JobSpec
+
+
+@contextmanager
+def serving(pipeline: Pipeline, impairment: Impairment | None = None):
+    """Serve ``pipeline`` on a free loopback port in a thread; stop it afterwards."""
+    server = SwitchServer(pipeline, bind=("127.0.0.1", 0), impairment=impairment)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll": 0.01}, daemon=True)
+    t.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        t.join(timeout=5)
+        server.close()
+
+
+class Harness:
+    """One job on an in-process switch model."""
+
+    def __init__(self, server: SwitchServer, spec: JobSpec, lanes: int) -> None:
+        self.server = server
+        self.spec = spec
+        self.lanes = lanes
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.server.pipeline
+
+    def config(self, worker_id: int, **kw) -> WorkerConfig:
+        w = self.spec.workers[worker_id]
+        base = dict(
+            job_id=self.spec.job_id,
+            worker_id=worker_id,
+            num_workers=self.spec.num_workers,
+            switch=self.server.address,
+            bind=(w.ip, w.udp_port),
+            pool_size=self.spec.pool_size,
+            lanes=self.lanes,
+        )
+        base.update(kw)
+        return WorkerConfig(**base)
+
+    def run(
+        self, fn: Callable[[int], object], workers: list[int] | None = None, timeout: float = 120.0
+    ) -> dict[int, object]:
+        """Run ``fn(worker_id)`` on one thread per worker; results or raised exceptions."""
+        ids = range(self.spec.num_workers) if workers is None else workers
+        results: dict[int, object] = {}
+
+        def body(w: int) -> None:
+            try:
+                results[w] = fn(w)
+            except BaseException as e:  # collected and re-examined by the test
+                results[w] = e
+
+        threads = [threading.Thread(target=body, args=(w,), daemon=True) for w in ids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+            assert not t.is_alive(), "a worker thread hung"
+        return results
+
+
+@pytest.fixture
+def harness_factory():
+    """harness_factory(num_workers, lanes=..., pool_size=..., impairment=...) -> Harness."""
+    stack = []
+
+    def make(
+        num_workers: int,
+        lanes: int = 64,
+        pool_size: int = 32,
+        impairment: Impairment | None = None,
+        pool_total: int = 256,
+    ) -> Harness:
+        spec = local_jobs(num_workers, pool_size)[0]
+        pipeline = Pipeline(lanes=lanes, pool_total=pool_total)
+        install_job_spec(pipeline, spec)
+        cm = serving(pipeline, impairment)
+        server = cm.__enter__()
+        stack.append(cm)
+        return Harness(server, spec, lanes)
+
+    yield make
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)
