@@ -153,6 +153,22 @@ def test_late_copy_after_worker_moved_on_is_not_counted_again():
     assert decode_packet(payload)[1].tolist() == [2, 4, 6, 8]  # stored result intact
 
 
+def test_generations_advance_by_exactly_two_pools_and_reinstall_restarts():
+    p = make(num_workers=1, pool_size=2)
+    assert len(p.process(pkt(0, seq=0, pool=2))) == 1
+    assert p.process(pkt(0, seq=8, pool=2)) == []  # skips generation 4: forged or stale
+    assert len(p.process(pkt(0, seq=4, pool=2))) == 1
+    assert p.process(pkt(0, seq=0, pool=2)) == []  # a rerun from seq 0: stale ...
+    job = p.tables.jobs[7]
+    p.install_job(job)  # ... until the job is installed again
+    assert len(p.process(pkt(0, seq=0, pool=2))) == 1
+
+
+def test_pool_size_must_be_a_power_of_two():
+    with pytest.raises(ValueError, match="power-of-two"):
+        local_job(pool_size=6).entry()
+
+
 def test_stale_duplicate_never_enters_a_later_sum():
     p = make(num_workers=2, pool_size=1)
     for seq in (0, 1, 2):
@@ -178,6 +194,9 @@ def test_stale_duplicate_never_enters_a_later_sum():
         (pkt(0, job=8), Counter.DROP_UNKNOWN_JOB),
         (pkt(3), Counter.DROP_BAD_WORKER),
         (pkt(0, slot=4), Counter.DROP_BAD_SLOT),
+        (pkt(0, seq=5, slot=2), Counter.DROP_BAD_SLOT),  # seq 5 lives in slot 1
+        (pkt(0, seq=1, flags=Flag.SHADOW), Counter.DROP_BAD_SLOT),  # and in copy 0
+        (pkt(0, seq=1000), Counter.DROP_STALE),  # not a first generation of an unused copy
     ],
 )
 def test_bad_input_is_dropped_and_counted(payload, counter):

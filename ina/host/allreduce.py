@@ -1,5 +1,7 @@
 """Allreduce of float tensors through the switch: the worker library's front door.
 
+Two modes, chosen per call by the compression density (1.0 = dense):
+
 Dense mode (SwitchML-style), for a flat tensor ``x`` of ``n`` values cut into blocks of
 ``lanes`` values (one packet each):
 
@@ -9,15 +11,37 @@ Dense mode (SwitchML-style), for a flat tensor ``x`` of ``n`` values cut into bl
    round one instead of a hang later);
 2. data round (SUM): int32 values scaled with the agreed exponents;
 3. decode: exact integer sums -> floats, divided by N for a mean.
+
+Compressed mode (density < 1; Li et al., ICML'24 behind a sparsifier with error feedback):
+
+1. add the bucket's residual, keep the top-k (or random-k) entries, the rest becomes the
+   new residual (error feedback, GRACE's Memory);
+2. round 1 (OR): the bitmap of kept positions, with the bucket's exponent in the header's
+   MAX-combined ``exp``: every worker gets the union support and the agreed scale;
+3. round 2 (SUM): the int32 values on the union, count-sketched (or sent as plain lanes with
+   ``coding="support"``); peeled exactly, undecoded positions repaired by a dense SUM round;
+4. decode as in dense mode; the residual keeps what this worker's encoding did not carry.
+
+Level agreement (DC2): every call carries this worker's proposed compression level in the
+header's MAX-combined ``level`` field of its first round; the agreed level (the hardest any
+worker asked for) is what every worker uses from the next call on, so all workers always run
+the same mode with the same density.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ina.host import quantize
+from ina.host.compression import (
+    HomomorphicAllreduce,
+    HomomorphicConfig,
+    Memory,
+    SparsifyCompressor,
+)
 from ina.host.transport import Transport, WorkerConfig
 from ina.protocol import Op
 
@@ -37,13 +61,58 @@ class AllreduceInfo:
     error_bound: np.ndarray | None = None  # max |result - exact sum| per value
 
 
+@dataclass(frozen=True)
+class CompressionConfig:
+    """How a worker compresses; every worker of a job must use the same values.
+
+    ``density`` is the fixed density when no level ladder is given; with ``ladder`` (a
+    function level index -> density, e.g. DC2's), the agreed level picks the density.
+    """
+
+    density: float = 1.0
+    sparsifier: str = "topk"
+    homomorphic: HomomorphicConfig = HomomorphicConfig()
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {self.density}")
+
+
 class Worker:
     """One worker of a job: ``allreduce(x)`` returns the sum (or mean) over all workers."""
 
-    def __init__(self, cfg: WorkerConfig, rtt_listener=None, link=None) -> None:
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        rtt_listener=None,
+        link=None,
+        compression: CompressionConfig | None = None,
+        ladder: Callable[[int], float] | None = None,
+        level: int = 0,
+    ) -> None:
         self.cfg = cfg
         self.transport = Transport(cfg, rtt_listener=rtt_listener, link=link)
         self.last = AllreduceInfo()
+        self.compression = compression or CompressionConfig()
+        self.ladder = ladder
+        # internal state: the level every worker uses now, and the one this worker proposes
+        self.level = level
+        self.proposed_level = level
+        self.memory = Memory()
+        self._compressors: dict[float, SparsifyCompressor] = {}
+        self.homomorphic = HomomorphicAllreduce(self.compression.homomorphic)
+
+    def density(self) -> float:
+        """The density of the next call (from the agreed level if there is a ladder)."""
+        if self.ladder is not None:
+            return self.ladder(self.level)
+        return self.compression.density
+
+    def propose_level(self, level: int) -> None:
+        """The level this worker asks for; takes effect for all workers after the next call."""
+        if not 0 <= level <= 255:
+            raise ValueError("level must fit the 8-bit header field (0..255)")
+        self.proposed_level = level
 
     def close(self) -> None:
         self.transport.close()
@@ -58,9 +127,12 @@ class Worker:
     def stats(self):
         return self.transport.stats
 
-    def allreduce(self, x, average: bool = False):
+    def allreduce(self, x, average: bool = False, key: object = None):
         """Sum (or mean) of ``x`` over the job's workers; numpy arrays or torch tensors of any
-        shape and float dtype; returns the same type, shape and dtype."""
+        shape and float dtype; returns the same type, shape and dtype.
+
+        ``key`` names the bucket for error feedback in compressed mode (residuals are kept
+        per key; the same key must always carry a tensor of the same size)."""
         is_torch = type(x).__module__.startswith("torch")
         if is_torch:
             import torch
@@ -71,16 +143,29 @@ class Worker:
         if not np.issubdtype(arr.dtype, np.floating):
             raise TypeError(f"allreduce takes float tensors, got {arr.dtype}")
         flat = arr.reshape(-1)
-        out = self.allreduce_flat(flat, average=average).astype(arr.dtype).reshape(arr.shape)
+        out = self.allreduce_flat(flat, average=average, key=key)
+        out = out.astype(arr.dtype).reshape(arr.shape)
         if is_torch:
             return torch.from_numpy(out).to(x.device)
         return out
 
-    def allreduce_flat(self, flat: np.ndarray, average: bool = False) -> np.ndarray:
+    def allreduce_flat(
+        self, flat: np.ndarray, average: bool = False, key: object = None
+    ) -> np.ndarray:
         """Flat float array -> float64 sum (or mean) over workers."""
         quantize.check_finite(flat)
         if flat.size and float(np.abs(flat).max()) >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
+        density = self.density()
+        if density < 1.0 and flat.size:
+            out = self._allreduce_compressed(flat, density, key)
+        else:
+            out = self._allreduce_dense(flat)
+        if average:
+            out /= self.cfg.num_workers
+        return out
+
+    def _allreduce_dense(self, flat: np.ndarray) -> np.ndarray:
         n = flat.size
         N = self.cfg.num_workers
         L = self.cfg.lanes
@@ -96,7 +181,11 @@ class Worker:
                     f"(between {-int(lanes[1])} and {int(lanes[0])}); this worker has {n}"
                 )
 
-        agreed = self.transport.reduce(meta, Op.MAX, on_chunk=check_length).values[2:]
+        meta_out = self.transport.reduce(
+            meta, Op.MAX, level=self.proposed_level, on_chunk=check_length
+        )
+        self.level = meta_out.level
+        agreed = meta_out.values[2:]
         if n == 0:
             return np.zeros(0)
         ints = quantize.encode(flat, agreed, L, N)
@@ -105,6 +194,39 @@ class Worker:
         self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, L, N, n))
         self.last_int_sums = sums
         self.last_ints = ints
-        if average:
-            out /= N
         return out
+
+    def _allreduce_compressed(self, flat: np.ndarray, density: float, key: object) -> np.ndarray:
+        n = flat.size
+        N = self.cfg.num_workers
+        k = f"{key!r}:{n}"  # a bucket whose size changes starts a fresh residual
+        comp = self._compressors.get(density)
+        if comp is None:
+            comp = SparsifyCompressor(self.compression.sparsifier, density, self.cfg.worker_id)
+            self._compressors[density] = comp
+        compensated = self.memory.compensate(flat.astype(np.float64), k)
+        sparse, _ = comp.compress(compensated, k)
+        mask = np.zeros(n, bool)
+        mask[sparse.indices] = True
+        # the whole bucket shares one scale: the sketch mixes positions
+        exp = int(quantize.block_exponents(sparse.values, max(sparse.values.size, 1))[0])
+        support = self.homomorphic.agree_support(
+            mask, self.transport_reduce, exp=exp, level=self.proposed_level
+        )
+        self.level = support.level
+        agreed = np.array([support.exp], np.int32)
+        ints = np.zeros(n, np.int32)
+        ints[sparse.indices] = quantize.encode(sparse.values, agreed, n, N)
+        result = self.homomorphic.reduce_values(ints, support, self.transport_reduce)
+        sent = quantize.decode(ints, agreed, n, N)  # what this worker's encoding carried
+        self.memory.update(k, compensated, sent)
+        self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, n, N, n))
+        self.last_int_sums = result.values
+        self.last_ints = ints
+        self.last_compressed = result
+        return quantize.decode(result.values, agreed, n, N)
+
+    def transport_reduce(self, values: np.ndarray, op: Op, exp: int = 0, level: int = 0):
+        """The ``reduce`` callable of the homomorphic compressor: the switch."""
+        r = self.transport.reduce(values, op, exp=exp, level=level)
+        return r.values, r.exp, r.level

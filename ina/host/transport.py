@@ -349,7 +349,8 @@ class Transport:
         else:
             who = (
                 f"the switch at {cfg.switch[0]}:{cfg.switch[1]} never answered "
-                f"(unreachable, or job {cfg.job_id} not installed?); "
+                f"(unreachable? job {cfg.job_id} not installed? or the job ran before on "
+                f"this switch and was not re-installed: sequence numbers restart at 0); "
                 f"workers possibly missing: all but {cfg.worker_id} of {sorted(everyone)}"
             )
         return ReduceTimeout(

@@ -5,11 +5,12 @@ names of the P4 controls and run in the same order:
 
 1. ``Validate``       version, op, flags, length and lane count; else drop MALFORMED.
 2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB.
-3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER), slot < pool_size (BAD_SLOT).
+3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER); slot < pool_size and slot and
+                      shadow copy consistent with seq (BAD_SLOT, see below).
 4. ``SlotState``      one of the slot's two shadow copies, chosen by the SHADOW flag:
-                      - NEW: the copy is unused or holds an older generation (seq) -> the
-                        packet starts the aggregation (its lanes are written, not added);
-                      - STALE: the packet's seq is older than the copy's -> drop;
+                      - NEW: the packet carries the copy's next generation -> it starts the
+                        aggregation (its lanes are written, not added);
+                      - STALE: any other seq than the copy's current one -> drop;
                       - DUPLICATE: the copy is complete, or the worker's bit is already
                         set -> answer it (below), never add it again;
                       - CONTRIBUTE: set the worker's bit, count it.
@@ -24,11 +25,13 @@ names of the P4 controls and run in the same order:
                       bitmap, so the worker can name who is missing).
 8. ``Stats``          the ``ina_stats`` and ``worker_contributions`` counters.
 
-Why the sequence number: a generation check makes reuse safe without a reset message (a
-worker sends chunk ``seq + pool_size`` into a slot only after it has the result of ``seq``,
-so every worker has moved on from generation ``seq - pool_size`` when ``seq + pool_size``
-arrives), and a duplicate delayed by the network can never be added into a later sum.
-Sequence numbers are compared modulo 2**32 (serial-number arithmetic).
+Why the sequence number: chunk ``seq`` of a job lives in slot ``seq % pool_size``, copy
+``(seq // pool_size) % 2`` (pool sizes are powers of two, so these are bit masks in P4). A
+worker sends ``seq + pool_size`` (same slot, other copy) only after it has the result of
+``seq``, so a copy's generations are exactly ``g, g + 2 * pool_size, ...`` starting below
+``2 * pool_size``: a packet with any other seq is stale or forged and can never enter a sum,
+and reuse needs no reset message. A job starts at seq 0 when it is installed (installing
+resets its registers); a rerun of a job therefore re-installs it.
 
 The pipeline processes batches: parsing and validation are vectorized over the batch; the
 stateful stages run per packet in order, so a batch behaves exactly like the same packets one
@@ -60,7 +63,6 @@ from ina.switch_model.tables import JobEntry, Tables
 
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
 
-_HALF = 1 << 31
 _MASK32 = (1 << 32) - 1
 
 
@@ -232,20 +234,22 @@ class Pipeline:
                 tally[2 * Counter.DROP_BAD_WORKER + 1] += fl
                 continue
             s = slots[k]
-            if s >= job.pool_size:
+            q = seqs[k]
+            shadow = 1 if flags[k] & Flag.SHADOW else 0
+            psize = job.pool_size
+            # slot and shadow copy are functions of seq (pool_size is a power of two)
+            if s >= psize or (q & (psize - 1)) != s or (1 if q & psize else 0) != shadow:
                 tally[2 * Counter.DROP_BAD_SLOT] += 1
                 tally[2 * Counter.DROP_BAD_SLOT + 1] += fl
                 continue
             # -- SlotState --------------------------------------------------------------
             base = (job.pool_base + s) << 1
-            shadow = 1 if flags[k] & Flag.SHADOW else 0
             row = base + shadow
             other = base + 1 - shadow
             mask = 1 << w
-            q = seqs[k]
-            diff = (q - r_seq[row]) & _MASK32
+            stored = r_seq[row]
             cnt = r_count[row]
-            if cnt == 0 or (diff != 0 and diff < _HALF):
+            if (q == (stored + 2 * psize) & _MASK32) if cnt else q < 2 * psize:
                 # NEW: first contribution of this generation. -- LaneAggregate: write.
                 r_seq[row] = q
                 r_bitmap[row] = mask
@@ -253,7 +257,7 @@ class Pipeline:
                 r_values[row] = lanes_in[k]
                 r_exp[row] = exps[k]
                 r_level[row] = levels[k]
-            elif diff != 0:
+            elif q != stored:
                 tally[2 * Counter.DROP_STALE] += 1
                 tally[2 * Counter.DROP_STALE + 1] += fl
                 continue

@@ -31,8 +31,11 @@ class JobEntry:
             raise ValueError(f"job {self.job_id}: num_workers must be 1..{MAX_WORKERS}")
         if not 0 <= self.job_index < MAX_JOBS:
             raise ValueError(f"job {self.job_id}: job_index must be 0..{MAX_JOBS - 1}")
-        if self.pool_size < 1 or self.pool_base < 0:
-            raise ValueError(f"job {self.job_id}: pool_base >= 0 and pool_size >= 1 required")
+        if self.pool_base < 0 or self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
+            raise ValueError(
+                f"job {self.job_id}: pool_base >= 0 and a power-of-two pool_size required "
+                f"(got {self.pool_base}, {self.pool_size}): slot = seq % pool_size is a mask"
+            )
         if not 0 <= self.job_id < 1 << 16:
             raise ValueError(f"job_id {self.job_id} does not fit 16 bits")
 
