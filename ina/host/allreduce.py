@@ -30,8 +30,9 @@ the same mode with the same density.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,7 +72,7 @@ class CompressionConfig:
 
     density: float = 1.0
     sparsifier: str = "topk"
-    homomorphic: HomomorphicConfig = HomomorphicConfig()
+    homomorphic: HomomorphicConfig = field(default_factory=HomomorphicConfig)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.density <= 1.0:
@@ -89,8 +90,22 @@ class Worker:
         compression: CompressionConfig | None = None,
         ladder: Callable[[int], float] | None = None,
         level: int = 0,
+        controller=None,
     ) -> None:
         self.cfg = cfg
+        # DC2: the controller sees every clean RTT sample and proposes levels on the ladder
+        self.controller = controller
+        if controller is not None:
+            from ina.control.dc2 import index_to_density
+
+            ladder = ladder or index_to_density
+            listener = rtt_listener
+
+            def rtt_listener(rtt: np.ndarray) -> None:
+                controller.observe(rtt, time.monotonic())
+                if listener is not None:
+                    listener(rtt)
+
         self.transport = Transport(cfg, rtt_listener=rtt_listener, link=link)
         self.last = AllreduceInfo()
         self.compression = compression or CompressionConfig()
@@ -107,6 +122,14 @@ class Worker:
         if self.ladder is not None:
             return self.ladder(self.level)
         return self.compression.density
+
+    def control_step(self) -> int:
+        """Once per training step with DC2: the controller's next proposal (returned)."""
+        if self.controller is None:
+            return self.level
+        index = self.controller.step(time.monotonic(), agreed_index=self.level)
+        self.propose_level(index)
+        return index
 
     def propose_level(self, level: int) -> None:
         """The level this worker asks for; takes effect for all workers after the next call."""

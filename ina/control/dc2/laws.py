@@ -1,0 +1,280 @@
+"""DC2 control laws: from delay statistics to a sparsifier density, and the level ladder.
+
+A *density* is the fraction of gradient entries a worker sends, in (0, 1]; 1.0 is dense (no
+compression). A law is a small state object whose ``next_level(stats)`` returns the density for
+the next step; it is deterministic given the sequence of `DelayStats` (no clock, no randomness,
+no I/O), so it is tested on synthetic RTT series without a network.
+
+Workers must agree on one density per step. The density travels as an index into a fixed
+log-spaced *ladder* in the 8-bit ``level`` field of the INA header, which the switch
+MAX-combines: index 0 is dense and a higher index compresses harder, so the MAX is the hardest
+compression any worker asked for (the most congested worker's view wins, like the MIN of the
+receive windows in TCP).
+
+The laws (equations and the reasons for the defaults in docs/dc2.md):
+
+* `FixedLevel`: a constant density, the baseline.
+* `AIMDLaw`: when the queueing delay ``q = srtt - base_rtt`` exceeds a threshold, multiply the
+  density by ``decrease`` and hold for ``cooldown_steps`` (one reaction per congestion event);
+  otherwise add ``increase``. Density plays the role of TCP's window: traffic is proportional
+  to it, so AIMD's convergence argument (Chiu & Jain) carries over.
+* `DelayTargetLaw`: LEDBAT/Vegas-like; hold ``q`` near a target with a step in log-density
+  proportional to ``ln(q / target)``, nothing inside a dead band, at most ``max_step`` a step.
+
+The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from ina.control.dc2.monitor import DelayStats
+
+# The ladder. ``level`` is an 8-bit header field, so 256 rungs, log-spaced from dense (index 0)
+# to LADDER_MIN_DENSITY (index 255): density(i) = LADDER_MIN_DENSITY ** (i / 255). With 0.1 %
+# at the bottom (DGC's and most top-k papers' hardest setting) consecutive rungs differ by
+# 2.7 %, finer than any law's step, so quantizing to the ladder never stalls a law.
+LADDER_SIZE = 256
+LADDER_MIN_DENSITY = 1e-3
+_LADDER_TOP = LADDER_SIZE - 1
+_LADDER = LADDER_MIN_DENSITY ** (np.arange(LADDER_SIZE) / _LADDER_TOP)
+
+
+def index_to_density(index: int) -> float:
+    """Density of ladder rung ``index`` (0 = dense, 255 = LADDER_MIN_DENSITY)."""
+    if not 0 <= index <= _LADDER_TOP:
+        raise ValueError(f"ladder index must be in 0..{_LADDER_TOP}, got {index}")
+    return float(_LADDER[index])
+
+
+def level_to_index(density: float) -> int:
+    """Nearest ladder rung (in log space) of ``density``; densities beyond the ends clamp."""
+    if not density > 0:  # also rejects NaN
+        raise ValueError(f"density must be > 0, got {density}")
+    rung = round(math.log(density) / math.log(LADDER_MIN_DENSITY) * _LADDER_TOP)
+    return min(max(rung, 0), _LADDER_TOP)
+
+
+class ControlLaw(abc.ABC):
+    """A density controller. Subclasses implement `_decide`; `next_level` does the rest.
+
+    Args:
+        initial: density before the first decision (1.0: start uncompressed).
+        min_density: lowest density the law may choose (hardest compression).
+        max_density: highest density the law may choose.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        initial: float = 1.0,
+        min_density: float = LADDER_MIN_DENSITY,
+        max_density: float = 1.0,
+    ) -> None:
+        if not 0 < min_density <= max_density <= 1:
+            raise ValueError(
+                f"need 0 < min_density <= max_density <= 1, got {min_density}, {max_density}"
+            )
+        if not min_density <= initial <= max_density:
+            raise ValueError(f"initial density {initial} outside [{min_density}, {max_density}]")
+        # Hyperparameters.
+        self.initial = initial
+        self.min_density = min_density
+        self.max_density = max_density
+        # Internal state.
+        self.density = initial
+        self._seen = 0  # DelayStats.samples at the last decision
+
+    def next_level(self, stats: DelayStats) -> float:
+        """The density for the next step, given the latest delay statistics.
+
+        Without new samples since the last decision there is no new information: hold.
+        """
+        if not stats.ready or stats.samples == self._seen:
+            return self.density
+        self._seen = stats.samples
+        self.density = min(max(self._decide(stats), self.min_density), self.max_density)
+        return self.density
+
+    def reset(self) -> None:
+        """Back to the state right after construction."""
+        self.density = self.initial
+        self._seen = 0
+
+    @abc.abstractmethod
+    def _decide(self, stats: DelayStats) -> float:
+        """The new density (clamped by the caller) from fresh ``stats``."""
+
+
+LAWS: dict[str, type[ControlLaw]] = {}
+
+
+def register_law(name: str) -> Callable[[type[ControlLaw]], type[ControlLaw]]:
+    """Class decorator: make a law available to `make_law` under ``name``."""
+
+    def register(cls: type[ControlLaw]) -> type[ControlLaw]:
+        if name in LAWS:
+            raise ValueError(f"control law {name!r} registered twice")
+        cls.name = name
+        LAWS[name] = cls
+        return cls
+
+    return register
+
+
+def make_law(name: str, **params: float) -> ControlLaw:
+    """A new law by registry name (``fixed``, ``aimd``, ``target``) with its parameters."""
+    try:
+        cls = LAWS[name]
+    except KeyError:
+        raise ValueError(f"unknown control law {name!r}; known: {sorted(LAWS)}") from None
+    return cls(**params)
+
+
+_TINY_DELAY = 1e-12  # keeps log(q / target) finite; any real delay is far larger
+
+
+def _delay_bound(stats: DelayStats, ratio: float, seconds: float | None) -> float:
+    """An absolute bound if given, else ``ratio`` times the base RTT (scale-free default)."""
+    return seconds if seconds is not None else ratio * stats.base_rtt
+
+
+@register_law("fixed")
+class FixedLevel(ControlLaw):
+    """Always ``density``: the baseline (1.0 = never compress)."""
+
+    def __init__(self, density: float = 1.0) -> None:
+        super().__init__(initial=density, min_density=density, max_density=density)
+
+    def _decide(self, stats: DelayStats) -> float:
+        return self.initial
+
+
+@register_law("aimd")
+class AIMDLaw(ControlLaw):
+    """Multiplicative decrease of density on queueing delay, additive increase otherwise.
+
+    1. ``q = srtt - base_rtt``; the threshold is ``threshold_s`` if given, else
+       ``threshold_ratio * base_rtt``.
+    2. While cooling down after a decrease: hold (the cut needs time to show in ``srtt``;
+       without this one delay spike would cut several times, as TCP cuts once per window).
+    3. ``q > threshold``: ``density *= decrease`` and cool down for ``cooldown_steps`` steps.
+    4. Otherwise: ``density += increase`` (a fixed share of dense traffic per step).
+
+    Args:
+        threshold_ratio: queueing delay, as a fraction of the base RTT, that means congestion.
+        threshold_s: absolute threshold in seconds; overrides ``threshold_ratio``.
+        decrease: factor applied on congestion, in (0, 1).
+        increase: density added per uncongested step, > 0.
+        cooldown_steps: decisions to hold after a decrease.
+    """
+
+    def __init__(
+        self,
+        threshold_ratio: float = 1.0,
+        threshold_s: float | None = None,
+        decrease: float = 0.5,
+        increase: float = 0.1,
+        cooldown_steps: int = 2,
+        initial: float = 1.0,
+        min_density: float = LADDER_MIN_DENSITY,
+        max_density: float = 1.0,
+    ) -> None:
+        super().__init__(initial, min_density, max_density)
+        if not 0 < decrease < 1:
+            raise ValueError(f"decrease must be in (0, 1), got {decrease}")
+        if not increase > 0:
+            raise ValueError(f"increase must be > 0, got {increase}")
+        if cooldown_steps < 0:
+            raise ValueError(f"cooldown_steps must be >= 0, got {cooldown_steps}")
+        if threshold_ratio <= 0 or (threshold_s is not None and threshold_s <= 0):
+            raise ValueError("thresholds must be > 0")
+        # Hyperparameters.
+        self.threshold_ratio = threshold_ratio
+        self.threshold_s = threshold_s
+        self.decrease = decrease
+        self.increase = increase
+        self.cooldown_steps = cooldown_steps
+        # Internal state.
+        self._cooldown = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._cooldown = 0
+
+    def _decide(self, stats: DelayStats) -> float:
+        if self._cooldown > 0:
+            self._cooldown -= 1
+            return self.density
+        if stats.queueing_delay > _delay_bound(stats, self.threshold_ratio, self.threshold_s):
+            self._cooldown = self.cooldown_steps
+            return self.density * self.decrease
+        return self.density + self.increase
+
+
+@register_law("target")
+class DelayTargetLaw(ControlLaw):
+    """Hold the queueing delay near a target (LEDBAT/Vegas-like) by steps in log-density.
+
+    1. ``q = srtt - base_rtt + lookahead_s * trend`` (trend: d(rtt)/dt of the short window;
+       ``lookahead_s > 0`` reacts to a queue that is still building).
+    2. ``target`` is ``target_s`` if given, else ``target_ratio * base_rtt``;
+       ``error = ln(q / target)`` (> 0 means too much delay).
+    3. ``|error| <= deadband``: hold (noise around the target must not move the level).
+    4. Otherwise ``density *= exp(-clip(gain * error, -max_step, max_step))``.
+
+    Why logarithms: when the queue a step builds is proportional to the data it sends
+    (``q ~ density``), ``ln q = ln density + c``, so the loop is linear in log space and each
+    step removes the fraction ``gain`` of the distance to the target, without overshoot for
+    ``gain <= 1``; the error is symmetric (twice or half the target give equal steps), and a
+    vanishing queue relaxes at the full ``max_step`` instead of crawling. ``max_step`` bounds
+    the reaction to any spike.
+
+    Args:
+        target_ratio: target queueing delay as a fraction of the base RTT.
+        target_s: absolute target in seconds; overrides ``target_ratio``.
+        gain: log-density change per unit of log error.
+        deadband: log error tolerated without a change (0.2: q within 0.82-1.22 x target).
+        max_step: largest log-density change per step (ln 2: at most halve or double).
+        lookahead_s: horizon of the trend term, seconds (0: off).
+    """
+
+    def __init__(
+        self,
+        target_ratio: float = 1.0,
+        target_s: float | None = None,
+        gain: float = 0.5,
+        deadband: float = 0.2,
+        max_step: float = math.log(2),
+        lookahead_s: float = 0.0,
+        initial: float = 1.0,
+        min_density: float = LADDER_MIN_DENSITY,
+        max_density: float = 1.0,
+    ) -> None:
+        super().__init__(initial, min_density, max_density)
+        if target_ratio <= 0 or (target_s is not None and target_s <= 0):
+            raise ValueError("targets must be > 0")
+        if not (gain > 0 and max_step > 0 and deadband >= 0 and lookahead_s >= 0):
+            raise ValueError("need gain > 0, max_step > 0, deadband >= 0, lookahead_s >= 0")
+        # Hyperparameters.
+        self.target_ratio = target_ratio
+        self.target_s = target_s
+        self.gain = gain
+        self.deadband = deadband
+        self.max_step = max_step
+        self.lookahead_s = lookahead_s
+
+    def _decide(self, stats: DelayStats) -> float:
+        target = max(_delay_bound(stats, self.target_ratio, self.target_s), _TINY_DELAY)
+        q = max(_TINY_DELAY, stats.queueing_delay + self.lookahead_s * stats.trend)
+        error = math.log(q / target)
+        if abs(error) <= self.deadband:
+            return self.density
+        step = min(max(self.gain * error, -self.max_step), self.max_step)
+        return self.density * math.exp(-step)

@@ -1,0 +1,315 @@
+"""DC2 control laws on synthetic RTT series, the level ladder, the registry and the controller.
+
+The amplitudes asserted here are the ones docs/dc2.md documents.
+"""
+
+import csv
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ina.control.dc2 import (
+    LAWS,
+    AIMDLaw,
+    DC2Controller,
+    DelayMonitor,
+    DelayTargetLaw,
+    FixedLevel,
+    index_to_density,
+    level_to_index,
+    make_law,
+)
+from ina.control.dc2.laws import LADDER_MIN_DENSITY, LADDER_SIZE
+
+BASE = 0.002  # base RTT of the synthetic series, seconds
+CHUNKS = 16  # RTT samples per step
+STEP_S = 0.1  # time per step
+
+
+def drive(law, step_rtts, seed=0, noise=0.0):
+    """Feed one RTT level per step (``CHUNKS`` samples, optional uniform relative noise) to a
+    monitor and ``law``; returns the density chosen after each step."""
+    rng = np.random.default_rng(seed)
+    mon, out = DelayMonitor(), []
+    for k, rtt in enumerate(step_rtts):
+        samples = rtt * (1 + noise * rng.uniform(-1, 1, CHUNKS))
+        mon.add(samples, now=(k + np.arange(1, CHUNKS + 1) / CHUNKS) * STEP_S)
+        out.append(law.next_level(mon.snapshot()))
+    return np.array(out)
+
+
+def series(*phases):
+    """Concatenate (steps, rtt) phases into one RTT level per step."""
+    return [rtt for steps, rtt in phases for _ in range(steps)]
+
+
+ADAPTIVE = [AIMDLaw, DelayTargetLaw]
+
+
+# --- the ladder ---------------------------------------------------------------------------
+
+
+def test_ladder_ends_and_order():
+    assert index_to_density(0) == 1.0
+    assert index_to_density(LADDER_SIZE - 1) == pytest.approx(LADDER_MIN_DENSITY)
+    densities = [index_to_density(i) for i in range(LADDER_SIZE)]
+    assert all(a > b for a, b in itertools.pairwise(densities))  # higher index: harder
+
+
+def test_ladder_index_round_trip():
+    for i in range(LADDER_SIZE):
+        assert level_to_index(index_to_density(i)) == i
+
+
+@given(st.floats(LADDER_MIN_DENSITY, 1.0))
+def test_density_round_trip_within_half_a_rung(density):
+    half_rung = LADDER_MIN_DENSITY ** (0.5 / (LADDER_SIZE - 1))  # ~0.9865
+    ratio = index_to_density(level_to_index(density)) / density
+    assert half_rung - 1e-12 <= ratio <= 1 / half_rung + 1e-12
+
+
+def test_ladder_clamps_and_rejects():
+    assert level_to_index(1.5) == 0
+    assert level_to_index(1e-9) == LADDER_SIZE - 1
+    for bad in (0.0, -0.1, math.nan):
+        with pytest.raises(ValueError):
+            level_to_index(bad)
+    for bad in (-1, LADDER_SIZE):
+        with pytest.raises(ValueError):
+            index_to_density(bad)
+
+
+@given(st.lists(st.floats(1e-4, 1.0), min_size=1, max_size=32))
+def test_max_of_indices_is_the_hardest_compression(densities):
+    indices = [level_to_index(d) for d in densities]
+    agreed = index_to_density(max(indices))  # what the switch's MAX gives every worker
+    assert agreed == min(index_to_density(i) for i in indices)
+    assert 0 <= max(indices) <= 255  # fits the 8-bit level field
+
+
+# --- registry --------------------------------------------------------------------------------
+
+
+def test_registry():
+    assert LAWS == {"fixed": FixedLevel, "aimd": AIMDLaw, "target": DelayTargetLaw}
+    law = make_law("aimd", decrease=0.7)
+    assert isinstance(law, AIMDLaw) and law.decrease == 0.7 and law.name == "aimd"
+    with pytest.raises(ValueError, match="known"):
+        make_law("bbr")
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("aimd", {"decrease": 1.0}),
+        ("aimd", {"increase": 0.0}),
+        ("aimd", {"cooldown_steps": -1}),
+        ("target", {"deadband": -0.1}),
+        ("target", {"target_s": 0.0}),
+        ("fixed", {"density": 0.0}),
+        ("aimd", {"min_density": 0.5, "initial": 0.1}),
+    ],
+)
+def test_bad_parameters_raise(name, params):
+    with pytest.raises(ValueError):
+        make_law(name, **params)
+
+
+# --- behaviour on synthetic series --------------------------------------------------------
+
+
+def test_fixed_level_never_moves():
+    levels = drive(FixedLevel(0.1), series((20, BASE), (50, 20 * BASE), (20, BASE)))
+    assert np.all(levels == 0.1)
+
+
+@pytest.mark.parametrize("law_cls", ADAPTIVE)
+def test_step_up_compresses_harder_and_step_down_relaxes(law_cls):
+    law = law_cls()
+    levels = drive(law, series((20, BASE), (60, 3 * BASE), (200, BASE)))
+    assert np.all(levels[:20] == 1.0)  # no queueing: stay dense
+    congested = levels[20:80]
+    assert np.all(np.diff(congested) <= 0)  # only ever harder while the delay stays high
+    assert congested[-1] == LADDER_MIN_DENSITY  # ... down to the bound
+    assert np.all(np.diff(levels[80:]) >= 0)  # only ever relaxing afterwards
+    assert levels[-1] == 1.0
+
+
+def test_aimd_decrease_is_multiplicative_and_increase_additive():
+    law = AIMDLaw(decrease=0.5, increase=0.05, cooldown_steps=0)
+    levels = drive(law, series((10, BASE), (3, 5 * BASE)))
+    assert levels[10] == pytest.approx(0.5)  # the queue shows at once in this series
+    assert levels[11] == pytest.approx(0.25)
+    law = AIMDLaw(increase=0.05, initial=0.1)
+    levels = drive(law, series((5, BASE)))
+    np.testing.assert_allclose(levels, 0.1 + 0.05 * np.arange(1, 6))
+
+
+def test_target_law_steps_are_proportional_and_bounded():
+    # q = 2 * target: error ln 2, gain 0.5 -> density / sqrt(2) once srtt has settled.
+    law = DelayTargetLaw(target_s=0.001, gain=0.5, deadband=0.0, initial=0.5)
+    mon = DelayMonitor()
+    mon.add(np.full(200, BASE), now=np.linspace(0, 1, 200))
+    mon.add(np.full(400, BASE + 0.002), now=np.linspace(1, 2, 400))
+    assert law.next_level(mon.snapshot()) == pytest.approx(0.5 / math.sqrt(2), rel=1e-6)
+    mon.add(BASE + 1.0, now=2.1)  # a huge error: clipped to one max_step (halve)
+    assert law.next_level(mon.snapshot()) == pytest.approx(0.5 / math.sqrt(2) / 2)
+    mon.add(np.full(400, BASE), now=np.linspace(2.2, 3, 400))  # no queue: full step back
+    assert law.next_level(mon.snapshot()) == pytest.approx(0.5 / math.sqrt(2))
+
+
+@pytest.mark.parametrize(
+    ("law_cls", "lowest"),
+    [
+        (AIMDLaw, 0.5),  # one cut: the cooldown outlasts the spike's trace in srtt
+        (DelayTargetLaw, 0.5),  # one max_step: a step later srtt keeps 12 % of the spike
+    ],
+)
+def test_a_spike_gets_a_bounded_reaction(law_cls, lowest):
+    law = law_cls()
+    mon, levels = DelayMonitor(), []
+    for k in range(120):
+        rtts = np.full(CHUNKS, BASE)
+        if k == 40:
+            rtts[-1] = 20 * BASE  # one late chunk, just before a decision: the worst case
+        mon.add(rtts, now=(k + np.arange(1, CHUNKS + 1) / CHUNKS) * STEP_S)
+        levels.append(law.next_level(mon.snapshot()))
+    assert min(levels) >= lowest
+    assert levels[-1] == 1.0  # and it recovers
+
+
+@pytest.mark.parametrize("law_cls", ADAPTIVE)
+def test_jitter_below_the_threshold_does_not_move_a_dense_level(law_cls):
+    # Uniform +-20 % per sample: base_rtt ~ 0.8 BASE and srtt ~ BASE, so jitter reads as a
+    # queueing delay of ~0.25 base_rtt: under AIMD's threshold (1.0 base_rtt) and under the
+    # target law's dead band (0.82 base_rtt). The level must stay dense throughout.
+    levels = drive(law_cls(), series((400, BASE)), noise=0.2, seed=3)
+    assert np.all(levels == 1.0)
+
+
+def test_noise_inside_the_dead_band_does_not_move_the_target_law():
+    # q = target on average, +-40 % of target per sample: srtt's relative error stays within
+    # the 20 % dead band, so the level must not change at all.
+    law = DelayTargetLaw(target_s=0.0005, initial=0.1)
+    rng = np.random.default_rng(4)
+    mon, levels = DelayMonitor(), []
+    mon.add(np.full(CHUNKS, BASE), now=0.0)
+    for k in range(1, 400):
+        rtts = BASE + 0.0005 * (1 + 0.4 * rng.uniform(-1, 1, CHUNKS))
+        mon.add(rtts, now=(k + np.arange(1, CHUNKS + 1) / CHUNKS) * STEP_S)
+        levels.append(law.next_level(mon.snapshot()))
+    assert np.ptp(levels[5:]) == 0.0
+
+
+@pytest.mark.parametrize("law_cls", ADAPTIVE)
+def test_bounds_are_respected(law_cls):
+    law = law_cls(min_density=0.05, max_density=0.5, initial=0.5)
+    levels = drive(law, series((10, BASE), (100, 1000 * BASE), (100, BASE)))
+    assert levels.min() == 0.05 and levels.max() == 0.5
+    assert levels[-1] == 0.5
+
+
+@pytest.mark.parametrize("law_cls", [FixedLevel, *ADAPTIVE])
+def test_no_new_samples_no_decision(law_cls):
+    law = law_cls()
+    mon = DelayMonitor()
+    assert law.next_level(mon.snapshot()) == law.initial  # nothing measured yet
+    mon.add(np.full(CHUNKS, BASE), now=0.0)
+    law.next_level(mon.snapshot())
+    mon.add(np.full(CHUNKS, 10 * BASE), now=0.1)
+    stats = mon.snapshot()
+    first = law.next_level(stats)
+    assert law.next_level(stats) == first  # the same information twice: one decision
+    law.reset()
+    assert law.density == law.initial
+
+
+# --- closed loop ----------------------------------------------------------------------------
+
+
+def closed_loop(law, capacities, steps=100, burst=0.010):
+    """A worker whose step sends a burst of ``density * burst`` seconds of dense traffic
+    through a bottleneck at ``capacity`` times its nominal rate: the chunks queue behind each
+    other, so queueing delay = density * burst / capacity (+1 % jitter)."""
+    rng = np.random.default_rng(0)
+    dc2, t, rows = DC2Controller(law), 0.0, []
+    for capacity in capacities:
+        for _ in range(steps):
+            density = index_to_density(dc2.index)
+            rtts = BASE + density * burst / capacity + rng.uniform(0, 0.01 * BASE, CHUNKS)
+            dc2.observe(rtts, now=t + np.arange(1, CHUNKS + 1) * STEP_S / CHUNKS)
+            t += STEP_S
+            dc2.step(now=t)
+            rows.append(density)
+    return np.array(rows), dc2
+
+
+def test_target_law_settles_in_its_dead_band_without_oscillation():
+    levels, dc2 = closed_loop(DelayTargetLaw(), [50, 1, 0.25, 1])
+    assert np.all(levels[50:100] == 1.0)  # an idle network: dense
+    for phase in (1, 2, 3):
+        settled = slice(phase * 100 + 50, phase * 100 + 100)
+        assert np.ptp(levels[settled]) == 0.0  # a fixed point, no limit cycle
+        for row in dc2.log[settled]:
+            assert abs(math.log(row.queueing_delay / row.base_rtt)) <= 0.2 + 0.02
+    # A quarter of the capacity: about a quarter of the density.
+    assert levels[299] / levels[199] == pytest.approx(0.25, rel=0.3)
+
+
+def test_aimd_sawtooth_stays_between_a_cut_below_and_an_increase_above_the_threshold():
+    burst, law = 0.010, AIMDLaw()
+    levels, dc2 = closed_loop(law, [50, 1, 0.25, 1], burst=burst)
+    for phase, capacity in ((1, 1), (2, 0.25), (3, 1)):
+        settled = slice(phase * 100 + 50, phase * 100 + 100)
+        # The density at which the law's queueing delay (measured over the base it learnt in
+        # phase 0, which includes that phase's small queue) reaches the threshold:
+        base = dc2.log[settled.stop - 1].base_rtt
+        at_threshold = (law.threshold_ratio * base + burst / 50) * capacity / burst
+        assert levels[settled].min() >= 0.9 * law.decrease * at_threshold
+        assert levels[settled].max() <= at_threshold + 2 * law.increase  # + one for srtt lag
+
+
+# --- the controller -------------------------------------------------------------------------
+
+
+def test_controller_warm_up_holds_dense_then_follows_the_law():
+    def run(warmup_samples):
+        dc2 = DC2Controller("aimd", warmup_samples=warmup_samples)
+        dc2.observe(np.full(16, BASE), now=0.0)
+        dc2.observe(np.full(16, 10 * BASE), now=0.1)
+        return dc2, dc2.step(now=0.1)
+
+    dc2, index = run(33)
+    assert index == 0 and dc2.density == 1.0  # 32 samples < 33: still warming up
+    dc2.observe(10 * BASE, now=0.2)
+    assert dc2.step(now=0.2) == level_to_index(0.5)  # the law's first decision: one cut
+    assert dc2.ladder_density == pytest.approx(0.5, rel=0.02)
+    _, index = run(32)
+    assert index == level_to_index(0.5)  # warm-up over at 32 samples
+
+
+def test_controller_log_and_csv(tmp_path):
+    dc2 = DC2Controller(make_law("target"), warmup_samples=0)
+    assert dc2.step(now=0.0) == 0  # no samples at all: logged with NaN stats
+    for k in range(1, 6):
+        dc2.observe(np.full(CHUNKS, BASE * (1 + k)), now=k * STEP_S)
+        dc2.step(now=k * STEP_S, agreed_index=7)
+    assert len(dc2.log) == 6
+    assert dc2.log[-1].agreed_index == 7 and dc2.log[0].agreed_index == -1
+    path = tmp_path / "dc2.csv"
+    dc2.write_csv(path)
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6
+    assert set(rows[0]) >= {"time", "srtt", "base_rtt", "queueing_delay", "density", "index"}
+    assert rows[0]["srtt"] == "nan" and float(rows[-1]["srtt"]) > BASE
+    assert int(rows[-1]["index"]) == dc2.index
+
+
+def test_controller_rejects_params_with_a_law_instance():
+    with pytest.raises(ValueError):
+        DC2Controller(AIMDLaw(), decrease=0.7)

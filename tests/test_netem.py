@@ -1,0 +1,182 @@
+"""LinkEmulator: reproducibility, delay distributions, bandwidth, loss, FIFO."""
+
+import math
+
+import numpy as np
+import pytest
+
+from ina.netem import (
+    PROFILES,
+    ConstantDelay,
+    HighVariationDelay,
+    LinkEmulator,
+    LowVariationDelay,
+    TraceDelay,
+    make_link,
+)
+
+N = 20_000
+SPACED = np.arange(N) * 1.0  # one packet a second: FIFO never binds, delays show as drawn
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    path = tmp_path / "delays.txt"
+    path.write_text("# one delay per line, ms\n1.5\n3\n\n0.25\n")
+    return path
+
+
+def profiles(trace_file):
+    return ["none", "constant", "low", "high", f"trace:{trace_file}"]
+
+
+def test_profile_registry():
+    assert set(PROFILES) == {"none", "constant", "low", "high", "trace"}
+    with pytest.raises(ValueError, match="known"):
+        make_link("lossy")
+    with pytest.raises(ValueError):
+        make_link("trace")  # needs a path
+    with pytest.raises(ValueError, match="jitter_s"):
+        make_link("high", jitter_s=1e-3)  # a parameter of another profile
+
+
+def test_same_seed_same_releases_other_seed_other_releases(trace_file):
+    for profile in ["low", "high"]:
+        run = [
+            make_link(profile, seed=s, loss=0.1).admit_batch(SPACED[:2000], 1500) for s in (5, 5, 6)
+        ]
+        np.testing.assert_array_equal(run[0], run[1])
+        assert not np.array_equal(run[0], run[2], equal_nan=True)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_batches_and_single_packets_agree(trace_file, batch):
+    times = np.cumsum(np.random.default_rng(0).exponential(2e-5, 3000))
+    sizes = np.random.default_rng(1).integers(64, 9000, 3000)
+    for profile in profiles(trace_file):
+        kw = {"seed": 3, "rate_bps": 1e9, "loss": 0.05}
+        single = make_link(profile, **kw)
+        one = [single.admit(t, int(n)) for t, n in zip(times, sizes, strict=True)]
+        one = np.array([math.nan if r is None else r for r in one])
+        batched = make_link(profile, **kw)
+        parts = [
+            batched.admit_batch(times[i : i + batch], sizes[i : i + batch])
+            for i in range(0, len(times), batch)
+        ]
+        np.testing.assert_allclose(np.concatenate(parts), one, rtol=0, atol=1e-12)
+        assert (single.packets, single.dropped, single.bytes) == (
+            batched.packets,
+            batched.dropped,
+            batched.bytes,
+        )
+
+
+def test_none_and_constant():
+    assert make_link("none").admit(3.0, 1500) == 3.0
+    link = make_link("constant", delay_s=0.005)
+    np.testing.assert_allclose(link.admit_batch(SPACED[:100], 100) - SPACED[:100], 0.005)
+
+
+def test_low_variation_matches_its_normal():
+    delays = make_link("low", seed=1, base_s=1e-3, jitter_s=1e-4).admit_batch(SPACED, 1) - SPACED
+    assert delays.mean() == pytest.approx(1e-3, abs=4 * 1e-4 / math.sqrt(N))
+    assert delays.std() == pytest.approx(1e-4, rel=0.03)
+    assert np.percentile(delays, 97.5) == pytest.approx(1e-3 + 1.96e-4, rel=0.01)
+
+
+def test_high_variation_tail_matches_its_lognormal():
+    link = make_link("high", seed=2, base_s=1e-3, median_s=2e-3, sigma=0.8, episode_delay_s=0.0)
+    extra = link.admit_batch(SPACED, 1) - SPACED - 1e-3
+    assert np.median(extra) == pytest.approx(2e-3, rel=0.03)
+    assert np.percentile(extra, 90) == pytest.approx(2e-3 * math.exp(0.8 * 1.2816), rel=0.04)
+    assert extra.mean() == pytest.approx(2e-3 * math.exp(0.8**2 / 2), rel=0.03)
+
+
+def test_high_variation_episodes_cover_their_share_of_time():
+    model = HighVariationDelay(np.random.SeedSequence(4), episode_on_s=1.0, episode_off_s=3.0)
+    times = np.arange(0, 20_000, 0.02)  # ~5,000 on/off cycles, sampled finely
+    on = model.in_episode(times)
+    assert on.mean() == pytest.approx(0.25, abs=0.015)
+    starts = np.flatnonzero(np.diff(on.astype(int)) == 1)
+    assert len(starts) == pytest.approx(5_000, rel=0.06)
+    # During an episode packets get the extra delay on top of the tail.
+    link = make_link("high", seed=4, median_s=1e-4, sigma=0.1, episode_delay_s=0.02)
+    delays = link.admit_batch(times[:200_000], 1) - times[:200_000]
+    on = link.delay.in_episode(times[:200_000])  # the schedule is already drawn: a pure lookup
+    assert delays[on].min() > 0.02 > delays[~on].max()
+
+
+def test_trace_replays_in_order_and_loops(trace_file):
+    link = make_link(f"trace:{trace_file}")
+    np.testing.assert_allclose(
+        link.admit_batch(SPACED[:7], 1) - SPACED[:7],
+        [1.5e-3, 3e-3, 0.25e-3, 1.5e-3, 3e-3, 0.25e-3, 1.5e-3],
+    )
+
+
+@pytest.mark.parametrize("content", ["", "# nothing\n", "1\n-2\n", "1\nnan\n"])
+def test_bad_traces_raise(tmp_path, content):
+    path = tmp_path / "bad.txt"
+    path.write_text(content)
+    with pytest.raises(ValueError):
+        TraceDelay(path)
+
+
+def test_bandwidth_limit_gives_the_configured_throughput():
+    rate, size = 1e8, 1250  # 100 Mbit/s, 10,000 bits a packet: 100 us each
+    link = make_link("none", rate_bps=rate)
+    release = link.admit_batch(np.zeros(N), size)  # a burst: all queued at t = 0
+    assert release[-1] == pytest.approx(N * size * 8 / rate)
+    np.testing.assert_allclose(np.diff(release), 1e-4)
+    # An under-loaded link adds only the serialization time, no queueing.
+    link = make_link("constant", rate_bps=rate, delay_s=0.001)
+    release = link.admit_batch(np.arange(100) * 1e-3, size)
+    np.testing.assert_allclose(release - np.arange(100) * 1e-3, 1e-4 + 0.001)
+
+
+def test_queue_carries_over_between_calls():
+    link = make_link("none", rate_bps=8e6)  # 1 us a byte
+    assert link.admit(0.0, 1000) == pytest.approx(1e-3)
+    assert link.admit(0.0005, 1000) == pytest.approx(2e-3)  # waits for the first
+    np.testing.assert_allclose(link.admit_batch([0.0006, 0.01], 1000), [3e-3, 0.011])
+
+
+def test_loss_rate_within_tolerance():
+    link = make_link("low", seed=9, loss=0.05)
+    release = link.admit_batch(np.arange(100_000) * 1e-4, 100)
+    rate = np.isnan(release).mean()
+    assert rate == pytest.approx(0.05, abs=4 * math.sqrt(0.05 * 0.95 / 100_000))
+    assert link.dropped == np.isnan(release).sum() and link.packets == 100_000
+
+
+def test_loss_does_not_change_the_delays_of_delivered_packets():
+    clean = make_link("high", seed=1).admit_batch(SPACED[:5000], 1)
+    lossy = make_link("high", seed=1, loss=0.3).admit_batch(SPACED[:5000], 1)
+    kept = ~np.isnan(lossy)
+    np.testing.assert_array_equal(lossy[kept], clean[kept])
+
+
+@pytest.mark.parametrize("profile", ["low", "high"])
+def test_links_are_fifo_unless_reordering_is_allowed(profile):
+    times = np.arange(N) * 1e-5  # 10 us apart: jitter is larger than the gaps
+    fifo = (
+        make_link(profile, seed=1, jitter_s=1e-3)
+        if profile == "low"
+        else make_link(profile, seed=1)
+    )
+    assert np.all(np.diff(fifo.admit_batch(times, 100)) >= 0)
+    loose = LinkEmulator(LowVariationDelay(np.random.SeedSequence(1), jitter_s=1e-3), reorder=True)
+    assert np.any(np.diff(loose.admit_batch(times, 100)) < 0)
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError):
+        LinkEmulator(ConstantDelay(), loss=1.0)
+    with pytest.raises(ValueError):
+        LinkEmulator(rate_bps=0.0)
+    link = LinkEmulator()
+    with pytest.raises(ValueError):
+        link.admit_batch([1.0, 0.5], 100)  # times must not go back within a batch
+    with pytest.raises(ValueError):
+        link.admit(1.0, -1)
+    assert len(link.admit_batch([], 100)) == 0
