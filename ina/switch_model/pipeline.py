@@ -64,6 +64,17 @@ from ina.switch_model.tables import JobEntry, Tables
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
 
 _MASK32 = (1 << 32) - 1
+# Plain ints for the per-packet loop (enum arithmetic there costs more than the work).
+_SUM, _OR = int(Op.SUM), int(Op.OR)
+_DROP_UNKNOWN_JOB = 2 * int(Counter.DROP_UNKNOWN_JOB)
+_DROP_BAD_WORKER = 2 * int(Counter.DROP_BAD_WORKER)
+_DROP_BAD_SLOT = 2 * int(Counter.DROP_BAD_SLOT)
+_DROP_STALE = 2 * int(Counter.DROP_STALE)
+_DUPLICATES = 2 * int(Counter.DUPLICATES)
+_RETX_REPLIES = 2 * int(Counter.RETX_REPLIES)
+_PENDING_REPLIES = 2 * int(Counter.PENDING_REPLIES)
+_AGGREGATED = 2 * int(Counter.AGGREGATED)
+_RESULTS = 2 * int(Counter.RESULTS)
 
 
 @dataclass
@@ -192,7 +203,7 @@ class Pipeline:
         lanes_in = data[idx, HEADER_BYTES:pb].copy().view(LANE_DTYPE).astype(np.int32)
         h = hdr[idx]
         ops = h["op"].tolist()
-        flags = h["flags"].tolist()
+        shadows = ((h["flags"] & int(Flag.SHADOW)) != 0).astype(np.int64).tolist()
         workers = h["worker_id"].tolist()
         jobs_in = h["job_id"].tolist()
         slots = h["slot"].tolist()
@@ -205,7 +216,8 @@ class Pipeline:
         reg = self.registers
         r_seq, r_bitmap, r_count = reg.seq, reg.bitmap, reg.count
         r_exp, r_level, r_values = reg.exp, reg.level, reg.values
-        wstats = self.counters.workers
+        agg_wrow: list[int] = []  # worker_contributions rows and bytes, flushed per batch
+        agg_len: list[int] = []
         # Local tallies, flushed into the counter arrays once per batch.
         tally = [0] * (2 * len(Counter))
 
@@ -223,24 +235,24 @@ class Pipeline:
             # -- JobLookup --------------------------------------------------------------
             job = jobs.get(jobs_in[k])
             if job is None:
-                tally[2 * Counter.DROP_UNKNOWN_JOB] += 1
-                tally[2 * Counter.DROP_UNKNOWN_JOB + 1] += fl
+                tally[_DROP_UNKNOWN_JOB] += 1
+                tally[_DROP_UNKNOWN_JOB + 1] += fl
                 continue
             # -- WorkerCheck ------------------------------------------------------------
             w = workers[k]
             nw = job.num_workers
             if w >= nw:
-                tally[2 * Counter.DROP_BAD_WORKER] += 1
-                tally[2 * Counter.DROP_BAD_WORKER + 1] += fl
+                tally[_DROP_BAD_WORKER] += 1
+                tally[_DROP_BAD_WORKER + 1] += fl
                 continue
             s = slots[k]
             q = seqs[k]
-            shadow = 1 if flags[k] & Flag.SHADOW else 0
+            shadow = shadows[k]
             psize = job.pool_size
             # slot and shadow copy are functions of seq (pool_size is a power of two)
             if s >= psize or (q & (psize - 1)) != s or (1 if q & psize else 0) != shadow:
-                tally[2 * Counter.DROP_BAD_SLOT] += 1
-                tally[2 * Counter.DROP_BAD_SLOT + 1] += fl
+                tally[_DROP_BAD_SLOT] += 1
+                tally[_DROP_BAD_SLOT + 1] += fl
                 continue
             # -- SlotState --------------------------------------------------------------
             base = (job.pool_base + s) << 1
@@ -258,24 +270,24 @@ class Pipeline:
                 r_exp[row] = exps[k]
                 r_level[row] = levels[k]
             elif q != stored:
-                tally[2 * Counter.DROP_STALE] += 1
-                tally[2 * Counter.DROP_STALE + 1] += fl
+                tally[_DROP_STALE] += 1
+                tally[_DROP_STALE + 1] += fl
                 continue
             elif cnt >= nw or r_bitmap[row] & mask:
                 # DUPLICATE: counted once already, or the slot is complete (a late copy
                 # from a worker whose bit was cleared when it moved on); answer, never add.
-                tally[2 * Counter.DUPLICATES] += 1
-                tally[2 * Counter.DUPLICATES + 1] += fl
+                tally[_DUPLICATES] += 1
+                tally[_DUPLICATES + 1] += fl
                 if cnt >= nw:
                     kind = 1
                     staged[len(out_k)] = r_values[row]
-                    tally[2 * Counter.RETX_REPLIES] += 1
-                    tally[2 * Counter.RETX_REPLIES + 1] += fl
+                    tally[_RETX_REPLIES] += 1
+                    tally[_RETX_REPLIES + 1] += fl
                 else:
                     kind = 2
                     staged[len(out_k)] = lanes_in[k]
-                    tally[2 * Counter.PENDING_REPLIES] += 1
-                    tally[2 * Counter.PENDING_REPLIES + 1] += fl
+                    tally[_PENDING_REPLIES] += 1
+                    tally[_PENDING_REPLIES + 1] += fl
                 out_k.append(k)
                 out_kind.append(kind)
                 out_bitmap.append(r_bitmap[row])
@@ -287,12 +299,13 @@ class Pipeline:
                 r_bitmap[row] |= mask
                 r_count[row] = cnt = cnt + 1
                 op = ops[k]
-                if op == Op.SUM:
-                    np.add(r_values[row], lanes_in[k], out=r_values[row])
-                elif op == Op.OR:
-                    np.bitwise_or(r_values[row], lanes_in[k], out=r_values[row])
+                v = r_values[row]
+                if op == _SUM:
+                    np.add(v, lanes_in[k], out=v)
+                elif op == _OR:
+                    np.bitwise_or(v, lanes_in[k], out=v)
                 else:
-                    np.maximum(r_values[row], lanes_in[k], out=r_values[row])
+                    np.maximum(v, lanes_in[k], out=v)
                 # -- ExpLevelMax
                 if exps[k] > r_exp[row]:
                     r_exp[row] = exps[k]
@@ -300,15 +313,14 @@ class Pipeline:
                     r_level[row] = levels[k]
             # Both NEW and CONTRIBUTE land here: a counted contribution.
             r_bitmap[other] &= ~mask
-            tally[2 * Counter.AGGREGATED] += 1
-            tally[2 * Counter.AGGREGATED + 1] += fl
-            wrow = job.job_index * MAX_WORKERS + w
-            wstats[wrow, 0] += 1
-            wstats[wrow, 1] += fl
+            tally[_AGGREGATED] += 1
+            tally[_AGGREGATED + 1] += fl
+            agg_wrow.append(job.job_index * MAX_WORKERS + w)
+            agg_len.append(fl)
             # -- ResultEmit
             if cnt == nw:
-                tally[2 * Counter.RESULTS] += 1
-                tally[2 * Counter.RESULTS + 1] += fl
+                tally[_RESULTS] += 1
+                tally[_RESULTS + 1] += fl
                 staged[len(out_k)] = r_values[row]
                 out_k.append(k)
                 out_kind.append(0)
@@ -349,6 +361,10 @@ class Pipeline:
 
         t = np.asarray(tally, dtype=np.int64).reshape(len(Counter), 2)
         stats += t
+        if agg_wrow:
+            wstats = self.counters.workers
+            np.add.at(wstats[:, 0], agg_wrow, 1)
+            np.add.at(wstats[:, 1], agg_wrow, agg_len)
         return m
 
 
