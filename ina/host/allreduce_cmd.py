@@ -122,6 +122,15 @@ def run_workers(
     return sorted(reports, key=lambda r: r["worker"])
 
 
+def read_counters_p4runtime(address: str) -> dict[str, tuple[int, int]]:
+    """The switch's ``ina_stats`` counters, read over P4Runtime."""
+    from ina.control.counters import read_counters
+    from ina.control.p4rt import SwitchConnection
+
+    with SwitchConnection(address, arbitrate=False, require_primary=False) as conn:
+        return read_counters(conn, workers=False).stats
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=4, help="worker processes (local switch)")
     p.add_argument("--size", type=int, default=1_000_000, help="float32 values per tensor")
@@ -154,7 +163,7 @@ def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
             f"{r['packets_sent']:>8} {r['retransmissions']:>5} {r['mean_rtt_us']:>7.0f}"
         )
     if counters:
-        print("\nswitch aggregation counters (packets, bytes):")
+        print("\nswitch aggregation counters over P4Runtime (packets, bytes):")
         for name, (pk, by) in counters.items():
             print(f"  {name:<18} {pk:>12} {by:>14}")
     print("\nallreduce: " + ("OK, every sum exact" if ok else "FAILED"))
@@ -181,12 +190,12 @@ def main(args: argparse.Namespace) -> int:
         f"each, {args.lanes} lanes per packet, pool {args.pool}",
         flush=True,
     )
-    with LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False) as sw:
+    with LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool)) as sw:
         cfgs = worker_configs(jobs[0], sw.address, args.lanes, args.timeout)
         reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
-        counters = None
-        final = sw.stop()
-    ok = print_report(reports, args.size, counters or final)
+        counters = read_counters_p4runtime(sw.grpc_address)  # as any controller would
+        sw.stop()
+    ok = print_report(reports, args.size, counters)
     return 0 if ok else 1
 
 

@@ -24,9 +24,10 @@ Behaviour follows the P4Runtime specification; where the specification leaves a 
 model does what BMv2's P4Runtime server (p4lang/PI) does, so that a controller sees the same
 answers from both targets:
 
-- Master arbitration on ``StreamChannel`` for the default role: the highest election ID
-  ever seen is primary; replies carry OK to the primary, ALREADY_EXISTS to backups
-  (NOT_FOUND while there is no primary). ``Write`` and ``SetForwardingPipelineConfig`` need
+- Master arbitration on ``StreamChannel`` for the default role: the connected controller
+  with the highest election ID is primary (as in PI: the spec's "highest ID ever seen"
+  would lock the usual controller out after one shell session with a higher ID); replies
+  carry OK to the primary, ALREADY_EXISTS to backups (NOT_FOUND while there is no primary). ``Write`` and ``SetForwardingPipelineConfig`` need
   the primary's election ID (else PERMISSION_DENIED); ``Read`` needs no session. Roles other
   than the default are refused. Packet-out, digest acks and other stream messages get a
   ``StreamError`` UNIMPLEMENTED: the program has no controller packet metadata.
@@ -43,8 +44,10 @@ answers from both targets:
   program passes) and ignores ``p4_device_config`` (stored and returned, e.g. BMv2 JSON).
   VERIFY_AND_COMMIT clears the forwarding state as on BMv2 (tables, groups, registers,
   counters); RECONCILE_AND_COMMIT and COMMIT keep it.
-- ``job_table`` and ``worker_table`` entries that run ``drop`` are refused (UNIMPLEMENTED):
-  the pipeline has no such state, and a job or worker without an entry is dropped already.
+- A ``job_table`` entry that runs ``drop`` is kept beside the pipeline's jobs: its packets
+  miss in the pipeline and are dropped as UNKNOWN_JOB, which is what the program does with
+  such an entry. ``worker_table`` entries that run ``drop`` are refused (UNIMPLEMENTED): the
+  model's replication has no per-worker drop; delete the entry instead.
   Their default actions are const (PERMISSION_DENIED on MODIFY, as the program declares).
 - Registers: the P4Info size is ``POOL_SLOTS * 2``; the model serves the cells it has
   (``pool_total * 2``, OUT_OF_RANGE beyond) and lanes it does not run (``slot_lane_i`` with
@@ -89,7 +92,7 @@ from ina.switch_model.tables import JobEntry, Tables, WorkerAddress
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEVICE_ID = 0  # simple_switch_grpc's default --device-id
+DEFAULT_DEVICE_ID = 1  # p4runtime-shell's default; start simple_switch_grpc with --device-id 1
 DEFAULT_ADDRESS = "0.0.0.0:9559"  # simple_switch_grpc's default --grpc-server-addr
 P4RUNTIME_API_VERSION = "1.4.1"  # the p4runtime protos this service is built on
 _READ_CHUNK = 2000  # entities per ReadResponse: keeps messages far below gRPC's 4 MB limit
@@ -196,7 +199,8 @@ class _Schema:
         }
         self.actions = {
             a.preamble.id: _ActionInfo(
-                a.preamble.id, a.preamble.name,
+                a.preamble.id,
+                a.preamble.name,
                 tuple((p.id, p.name, p.bitwidth) for p in a.params),
             )
             for a in info.actions
@@ -256,7 +260,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self._p4info)
         self._saved: p4runtime_pb2.ForwardingPipelineConfig | None = None
         # State the pipeline has no place for, kept for read-write symmetry.
-        self._forward: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
+        self._forward: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
+        self._job_drops: set[tuple[int, ...]] = set()  # job_table keys whose action is drop
         self._entry_meta: dict[tuple[int, tuple[int, ...]], tuple[int, bytes]] = {}
         self._group_meta: dict[int, bytes] = {}
         self._group_port_bytes: set[int] = set()  # groups written with `Replica.port`
@@ -264,7 +269,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._arb_lock = threading.Lock()
         self._sessions: list[_Session] = []
         self._primary: _Session | None = None
-        self._highest: int | None = None  # highest election ID ever seen
 
         self._tables = {
             "job_table": (self._job_apply, self._job_remove, self._job_entries),
@@ -395,18 +399,26 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _check_device(self, device_id: int) -> None:
         if device_id != self.device_id:
-            raise _fail(SC.NOT_FOUND, f"unknown device id {device_id} "
-                                      f"(this switch model is device {self.device_id})")
+            raise _fail(
+                SC.NOT_FOUND,
+                f"unknown device id {device_id} (this switch model is device {self.device_id})",
+            )
 
     def _check_primary(self, request) -> None:
         if request.role:
             raise _fail(SC.NOT_FOUND, f"unknown role {request.role!r}")
         with self._arb_lock:
             primary = self._primary
-            if (primary is None or not request.HasField("election_id")
-                    or _u128(request.election_id) != primary.election_id):
-                raise _fail(SC.PERMISSION_DENIED, "not primary: open a StreamChannel and "
-                                                  "win master arbitration with this election id")
+            if (
+                primary is None
+                or not request.HasField("election_id")
+                or _u128(request.election_id) != primary.election_id
+            ):
+                raise _fail(
+                    SC.PERMISSION_DENIED,
+                    "not primary: open a StreamChannel and "
+                    "win master arbitration with this election id",
+                )
 
     # -- arbitration -------------------------------------------------------------------------
 
@@ -433,8 +445,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             err.message = "not primary"
         else:
             err.canonical_code = code_pb2.UNIMPLEMENTED
-            err.message = (f"{kind or 'empty'} stream messages are not supported: the INA "
-                           "program has no packet-in/out metadata or digests")
+            err.message = (
+                f"{kind or 'empty'} stream messages are not supported: the INA "
+                "program has no packet-in/out metadata or digests"
+            )
         s.out.put(reply)
 
     def _arbitrate(self, s: _Session, m: p4runtime_pb2.MasterArbitrationUpdate) -> None:
@@ -445,32 +459,33 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             if m.role.name or m.role.HasField("config"):
                 raise _fail(SC.INVALID_ARGUMENT, "only the default role is supported")
             eid = _u128(m.election_id) if m.HasField("election_id") else None
-            if eid is not None and any(
-                o is not s and o.election_id == eid for o in self._sessions
-            ):
-                raise _fail(SC.INVALID_ARGUMENT, f"election id {eid} is used by another "
-                                                 "controller")
-            was_primary = self._primary is s
+            if eid is not None and any(o is not s and o.election_id == eid for o in self._sessions):
+                raise _fail(SC.INVALID_ARGUMENT, f"election id {eid} is used by another controller")
             s.election_id = eid
             if not s.live:
                 s.live = True
                 self._sessions.append(s)
-            if eid is not None and (self._highest is None or eid >= self._highest):
-                self._highest = eid
-                self._primary = s
-                self._notify(self._sessions)
-            elif was_primary:  # downgraded itself: nobody is primary now
-                self._primary = None
+            if self._elect():
                 self._notify(self._sessions)
             else:
                 self._notify([s])
+
+    def _elect(self) -> bool:
+        """Make the live session with the highest election id primary (none without ids);
+        True if that changed. Like BMv2's server (PI), and unlike the letter of the spec,
+        only live sessions count: when a primary leaves, the next highest takes over, so a
+        shell session with a high id cannot lock the default controller out until restart."""
+        ranked = [x for x in self._sessions if x.election_id is not None]
+        new = max(ranked, key=lambda x: x.election_id) if ranked else None
+        changed = new is not self._primary
+        self._primary = new
+        return changed
 
     def _disconnect(self, s: _Session) -> None:
         with self._arb_lock:
             if s in self._sessions:
                 self._sessions.remove(s)
-            if self._primary is s:
-                self._primary = None
+            if self._elect():
                 self._notify(self._sessions)
 
     def _notify(self, sessions: list[_Session]) -> None:
@@ -479,9 +494,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             r = p4runtime_pb2.StreamMessageResponse()
             a = r.arbitration
             a.device_id = self.device_id
-            if self._highest is not None:
-                a.election_id.high = self._highest >> 64
-                a.election_id.low = self._highest & ((1 << 64) - 1)
+            if self._primary is not None:  # the primary's id, as PI sends it
+                a.election_id.high = self._primary.election_id >> 64
+                a.election_id.low = self._primary.election_id & ((1 << 64) - 1)
             if self._primary is s:
                 a.status.code = code_pb2.OK
                 a.status.message = "primary"
@@ -497,15 +512,21 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _set_pipeline(self, request) -> None:
         action = request.action
-        if action in (_PIPE.VERIFY, _PIPE.VERIFY_AND_SAVE, _PIPE.VERIFY_AND_COMMIT,
-                      _PIPE.RECONCILE_AND_COMMIT):
+        if action in (
+            _PIPE.VERIFY,
+            _PIPE.VERIFY_AND_SAVE,
+            _PIPE.VERIFY_AND_COMMIT,
+            _PIPE.RECONCILE_AND_COMMIT,
+        ):
             if not request.HasField("config"):
                 raise _fail(SC.INVALID_ARGUMENT, "no config given")
             diffs = p4info_differences(request.config.p4info, self._p4info)
             if diffs:
-                raise _fail(SC.INVALID_ARGUMENT,
-                            "the switch model runs only the INA program; this P4Info differs: "
-                            + "; ".join(diffs))
+                raise _fail(
+                    SC.INVALID_ARGUMENT,
+                    "the switch model runs only the INA program; this P4Info differs: "
+                    + "; ".join(diffs),
+                )
             cfg = p4runtime_pb2.ForwardingPipelineConfig()
             cfg.CopyFrom(request.config)
             if action == _PIPE.VERIFY:
@@ -537,6 +558,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.pipeline.registers.reset()
         self.pipeline.counters.reset()
         self._forward.clear()
+        self._job_drops.clear()
         self._entry_meta.clear()
         self._group_meta.clear()
         self._group_port_bytes.clear()
@@ -573,8 +595,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         elif kind is None:
             raise _fail(SC.INVALID_ARGUMENT, "entity is not set")
         else:
-            raise _fail(SC.INVALID_ARGUMENT,
-                        f"the INA program has no {kind.replace('_', ' ')} entities")
+            raise _fail(
+                SC.INVALID_ARGUMENT, f"the INA program has no {kind.replace('_', ' ')} entities"
+            )
 
     # -- tables ----------------------------------------------------------------------------
 
@@ -600,8 +623,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _fail(SC.INVALID_ARGUMENT, f"{t.name} is a direct table: give an action")
         a = self._schema.actions.get(ta.action.action_id)
         if a is None or a.id not in t.actions:
-            raise _fail(SC.INVALID_ARGUMENT,
-                        f"action id {ta.action.action_id:#x} is not an action of {t.name}")
+            raise _fail(
+                SC.INVALID_ARGUMENT,
+                f"action id {ta.action.action_id:#x} is not an action of {t.name}",
+            )
         params = {p[0]: p for p in a.params}
         given: dict[int, int] = {}
         for p in ta.action.params:
@@ -657,18 +682,21 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         apply(key, action, values, utype)
         self._entry_meta[(t.id, key)] = (te.controller_metadata, te.metadata)
 
-    def _refuse_drop(self, table: str, action: _ActionInfo) -> None:
-        if action.name == "drop":
-            raise _fail(SC.UNIMPLEMENTED,
-                        f"the switch model's {table} entries run set_* only; to drop, "
-                        "delete the entry (a miss runs the const default action, drop)")
-
     def _job_apply(self, key, action, values, utype) -> None:
-        self._refuse_drop("job_table", action)
+        if action.name == "drop":  # JobLookup: job_found stays false, as on a miss
+            self.pipeline.remove_job(key[0])
+            self._job_drops.add(key)
+            return
         job_index, num_workers, pool_base, pool_size, mcast_grp = values
         try:
-            job = JobEntry(job_id=key[0], job_index=job_index, num_workers=num_workers,
-                           pool_base=pool_base, pool_size=pool_size, mcast_grp=mcast_grp)
+            job = JobEntry(
+                job_id=key[0],
+                job_index=job_index,
+                num_workers=num_workers,
+                pool_base=pool_base,
+                pool_size=pool_size,
+                mcast_grp=mcast_grp,
+            )
             p = self.pipeline
             old = p.tables.jobs.get(job.job_id)
             if old is None:
@@ -682,30 +710,49 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 p.install_job(job)
         except ValueError as e:
             raise _fail(SC.INVALID_ARGUMENT, f"job_table: {e}") from None
+        self._job_drops.discard(key)
         self._sync_worker_ports()
 
     def _job_remove(self, key) -> None:
-        self.pipeline.remove_job(key[0])
+        if key in self._job_drops:
+            self._job_drops.discard(key)
+        else:
+            self.pipeline.remove_job(key[0])
 
     def _job_entries(self):
-        return {
-            (j.job_id,): ("set_job", (j.job_index, j.num_workers, j.pool_base, j.pool_size,
-                                      j.mcast_grp))
-            for j in self.pipeline.tables.jobs.values()
+        entries: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {
+            key: ("drop", ()) for key in self._job_drops
         }
+        for j in self.pipeline.tables.jobs.values():
+            entries[(j.job_id,)] = (
+                "set_job",
+                (j.job_index, j.num_workers, j.pool_base, j.pool_size, j.mcast_grp),
+            )
+        return entries
 
     def _worker_apply(self, key, action, values, utype) -> None:
-        self._refuse_drop("worker_table", action)
+        if action.name == "drop":
+            raise _fail(
+                SC.UNIMPLEMENTED,
+                "the switch model cannot drop one worker's result copies; delete "
+                "the worker_table entry instead",
+            )
         mac, ip, udp_port = values
         job_id, worker_id = key
         port = self._worker_port(job_id, worker_id)
         if port is None:  # group not written yet: keep what we knew (0, or a jobs file's)
             old = self.pipeline.tables.workers.get(key)
             port = old.port if old is not None else 0
-        self.pipeline.tables.add_worker(WorkerAddress(
-            job_id=job_id, worker_id=worker_id, ip=str(ipaddress.IPv4Address(ip)),
-            udp_port=udp_port, mac=_mac_str(mac), port=port,
-        ))
+        self.pipeline.tables.add_worker(
+            WorkerAddress(
+                job_id=job_id,
+                worker_id=worker_id,
+                ip=str(ipaddress.IPv4Address(ip)),
+                udp_port=udp_port,
+                mac=_mac_str(mac),
+                port=port,
+            )
+        )
 
     def _worker_remove(self, key) -> None:
         self.pipeline.tables.workers.pop(key, None)
@@ -776,8 +823,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             if r.instance >> 16:  # v1model's egress_rid is bit<16>
                 raise _fail(SC.INVALID_ARGUMENT, f"group {gid}: instance {r.instance} > 65535")
             if (port, r.instance) in replicas:
-                raise _fail(SC.INVALID_ARGUMENT,
-                            f"group {gid}: replica (port {port}, instance {r.instance}) twice")
+                raise _fail(
+                    SC.INVALID_ARGUMENT,
+                    f"group {gid}: replica (port {port}, instance {r.instance}) twice",
+                )
             replicas.append((port, r.instance))
         if utype == _U.INSERT and gid in groups:
             raise _fail(SC.ALREADY_EXISTS, f"multicast group {gid} exists")
@@ -797,8 +846,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         c = self._schema.counters.get(counter_id)
         if c is None:
             raise _fail(SC.INVALID_ARGUMENT, f"unknown counter id {counter_id:#x}")
-        arr = {"ina_stats": self.pipeline.counters.stats,
-               "worker_contributions": self.pipeline.counters.workers}[c.preamble.name]
+        arr = {
+            "ina_stats": self.pipeline.counters.stats,
+            "worker_contributions": self.pipeline.counters.workers,
+        }[c.preamble.name]
         return c, arr, min(c.size, arr.shape[0])
 
     def _indices(self, what: str, entry, size: int, p4_size: int) -> range:
@@ -855,8 +906,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 cells[i] = value
         elif lane >= regs.lanes:
             if value:
-                raise _fail(SC.FAILED_PRECONDITION,
-                            f"{name}: the switch model runs {regs.lanes} lanes")
+                raise _fail(
+                    SC.FAILED_PRECONDITION, f"{name}: the switch model runs {regs.lanes} lanes"
+                )
         else:
             # Lanes hold int32 two's complement in a bit<32> register.
             signed = value - (1 << 32) if value >> 31 else value
@@ -879,17 +931,22 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         # Entity kinds the program has none of: a wildcard finds nothing, an ID is unknown.
         msg = getattr(entity, kind)
         id_field = {
-            "extern_entry": "extern_type_id", "action_profile_member": "action_profile_id",
-            "action_profile_group": "action_profile_id", "meter_entry": "meter_id",
-            "value_set_entry": "value_set_id", "digest_entry": "digest_id",
+            "extern_entry": "extern_type_id",
+            "action_profile_member": "action_profile_id",
+            "action_profile_group": "action_profile_id",
+            "meter_entry": "meter_id",
+            "value_set_entry": "value_set_id",
+            "digest_entry": "digest_id",
         }.get(kind)
         if id_field is None:  # direct_meter_entry / direct_counter_entry: by table
             msg_id = msg.table_entry.table_id
         else:
             msg_id = getattr(msg, id_field)
         if msg_id:
-            raise _fail(SC.INVALID_ARGUMENT,
-                        f"the INA program has no {kind.replace('_', ' ')} with id {msg_id:#x}")
+            raise _fail(
+                SC.INVALID_ARGUMENT,
+                f"the INA program has no {kind.replace('_', ' ')} with id {msg_id:#x}",
+            )
         return []
 
     def _read_tables(self, q: p4runtime_pb2.TableEntry) -> list[p4runtime_pb2.Entity]:
@@ -933,8 +990,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                     fm.exact.value = encode_uint(v)
                 a = te.action.action
                 a.action_id = action_id
-                for (pid, _, _), v in zip(self._schema.actions[action_id].params, values,
-                                          strict=True):
+                for (pid, _, _), v in zip(
+                    self._schema.actions[action_id].params, values, strict=True
+                ):
                     a.params.add(param_id=pid, value=encode_uint(v))
                 te.controller_metadata = ctrl_meta
                 te.metadata = meta
@@ -1005,8 +1063,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 class ModelServer:
     """A running gRPC server with the model's P4Runtime service (see `start_server`)."""
 
-    def __init__(self, server: grpc.Server, service: P4RuntimeService, port: int,
-                 host: str) -> None:
+    def __init__(
+        self, server: grpc.Server, service: P4RuntimeService, port: int, host: str
+    ) -> None:
         self.server = server
         self.service = service
         self.port = port
@@ -1043,8 +1102,9 @@ def start_server(
     """
     service = P4RuntimeService(pipeline, lock=lock, device_id=device_id, preloaded=preloaded)
     # Each open StreamChannel keeps one worker busy for its lifetime: leave room for RPCs.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                    thread_name_prefix="p4rt"))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt")
+    )
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
     host, _, _ = address.rpartition(":")
     try:

@@ -1,0 +1,209 @@
+"""Install and remove aggregation jobs on a switch over P4Runtime.
+
+A job is three kinds of entries (`ina.switch_model.tables.JobSpec` holds them as data):
+
+1. a multicast group (``mcast_grp``) with one replica per worker: (worker's switch port,
+   instance = worker id); results leave through it and the egress tells the copies apart by
+   the instance (``egress_rid``);
+2. one ``worker_table`` entry per worker, key (job_id, worker_id), action
+   ``set_worker(mac, ip, udp_port)``: how the egress addresses that worker's copy;
+3. the ``job_table`` entry, key job_id, action
+   ``set_job(job_index, num_workers, pool_base, pool_size, mcast_grp)``.
+
+They go in that order, one Write batch each, and come out in the reverse order: the job entry
+is what makes the switch accept the job's packets, so it appears only once the group and the
+addresses it needs exist, and disappears first (P4Runtime orders dependent updates only
+across batches). A failed install removes what it had written.
+
+Before the job entry goes in, the pool's ``slot_count`` cells are zeroed (`reset_pool`): a
+job starts at seq 0, which the switch accepts only into an unused slot copy (count 0), and a
+pool may hold a previous job's slots. The switch model resets the pool itself as well; BMv2
+keeps register state across table changes and its P4Runtime server has no register writes
+(UNIMPLEMENTED), so there the reset goes through ``simple_switch_CLI`` (Thrift) when
+``thrift_port`` is given, and otherwise is skipped with a warning (fine on a freshly pushed
+pipeline, whose registers are zero).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+
+import grpc
+
+from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, SwitchConnection
+from ina.switch_model.tables import JobEntry, JobSpec
+
+log = logging.getLogger(__name__)
+
+SIMPLE_SWITCH_CLI = "simple_switch_CLI"
+
+
+def _group_entity(conn: SwitchConnection, spec: JobSpec, group: int):
+    replicas = sorted((w.port, w.worker_id) for w in spec.workers)
+    return conn.multicast_group(group, replicas)
+
+
+def _worker_entities(conn: SwitchConnection, spec: JobSpec):
+    return [
+        conn.table_entry(
+            "worker_table",
+            {"job_id": spec.job_id, "worker_id": w.worker_id},
+            "set_worker",
+            {"mac": w.mac, "ip": w.ip, "udp_port": w.udp_port},
+        )
+        for w in sorted(spec.workers, key=lambda w: w.worker_id)
+    ]
+
+
+def _job_entity(conn: SwitchConnection, job: JobEntry):
+    return conn.table_entry(
+        "job_table",
+        {"job_id": job.job_id},
+        "set_job",
+        {
+            "job_index": job.job_index,
+            "num_workers": job.num_workers,
+            "pool_base": job.pool_base,
+            "pool_size": job.pool_size,
+            "mcast_grp": job.mcast_grp,
+        },
+    )
+
+
+def reset_pool(conn: SwitchConnection, job: JobEntry, thrift_port: int | None = None) -> bool:
+    """Zero ``slot_count`` of the job's pool (both shadow copies of each slot), so that its
+    chunks start fresh; the other slot registers are rewritten by a slot's first packet.
+
+    Returns False if the target could not do it (BMv2 without ``thrift_port``; logged).
+    """
+    first, n = job.pool_base * 2, job.pool_size * 2
+    try:
+        conn.write(
+            [
+                conn.update(MODIFY, conn.register_entry("slot_count", i, 0))
+                for i in range(first, first + n)
+            ]
+        )
+        return True
+    except P4RuntimeError as e:
+        if e.codes != {grpc.StatusCode.UNIMPLEMENTED}:
+            raise
+    if thrift_port is None:
+        log.warning(
+            "job %d: the switch has no P4Runtime register writes (BMv2); slot_count of its "
+            "pool was not reset. If the pool was used since the pipeline push, pass "
+            "thrift_port or push the pipeline again.",
+            job.job_id,
+        )
+        return False
+    _thrift_zero("slot_count", range(first, first + n), thrift_port)
+    return True
+
+
+def _thrift_zero(register: str, cells: range, thrift_port: int) -> None:
+    """Zero register cells through BMv2's Thrift runtime CLI (``simple_switch_CLI``)."""
+    cli = shutil.which(SIMPLE_SWITCH_CLI)
+    if cli is None:
+        raise RuntimeError(f"{SIMPLE_SWITCH_CLI} is not on PATH: cannot reset {register}")
+    commands = "".join(f"register_write {register} {i} 0\n" for i in cells)
+    done = subprocess.run(
+        [cli, "--thrift-port", str(thrift_port)],
+        input=commands,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode or "Error" in done.stdout:
+        raise RuntimeError(
+            f"{SIMPLE_SWITCH_CLI} --thrift-port {thrift_port} failed to reset {register}: "
+            f"{(done.stdout + done.stderr)[-500:]}"
+        )
+
+
+def install_job(
+    conn: SwitchConnection,
+    spec: JobSpec,
+    replace: bool = False,
+    thrift_port: int | None = None,
+) -> JobEntry:
+    """Install ``spec`` (group, worker addresses, pool reset, then the job entry); returns
+    its entry.
+
+    ``replace`` removes an installed job with the same id first. ``thrift_port``: BMv2's
+    Thrift port, for the pool reset (see the module docstring). Raises `P4RuntimeError`
+    (e.g. ALREADY_EXISTS for a job or group that exists) after undoing a partial install.
+    """
+    job = spec.entry()  # validates the spec (ValueError says why)
+    if len({w.worker_id for w in spec.workers}) != len(spec.workers):
+        raise ValueError(f"job {spec.job_id}: worker ids repeat")
+    if replace:
+        remove_job(conn, spec.job_id, missing_ok=True)
+    steps = [
+        [_group_entity(conn, spec, job.mcast_grp)],
+        _worker_entities(conn, spec),
+        [_job_entity(conn, job)],
+    ]
+    done: list[list] = []
+    try:
+        for i, batch in enumerate(steps):
+            if i == len(steps) - 1:  # the pool is quiet until the job entry exists
+                reset_pool(conn, job, thrift_port)
+            conn.write([conn.update(INSERT, e) for e in batch])
+            done.append(batch)
+    except (P4RuntimeError, RuntimeError):
+        for batch in reversed(done):  # best effort: leave the switch as we found it
+            try:
+                conn.write([conn.update(DELETE, e) for e in batch])
+            except P4RuntimeError:
+                pass
+        raise
+    return job
+
+
+def list_jobs(conn: SwitchConnection) -> dict[int, JobEntry]:
+    """The jobs installed on the switch, by job id (read from ``job_table``)."""
+    out = {}
+    for e in conn.read([conn.table_entry("job_table")]):
+        _, match, action, p = conn.decode_table_entry(e)
+        if action != "set_job":
+            continue
+        out[match["job_id"]] = JobEntry(
+            job_id=match["job_id"],
+            job_index=p["job_index"],
+            num_workers=p["num_workers"],
+            pool_base=p["pool_base"],
+            pool_size=p["pool_size"],
+            mcast_grp=p["mcast_grp"],
+        )
+    return out
+
+
+def remove_job(conn: SwitchConnection, job_id: int, missing_ok: bool = False) -> JobEntry | None:
+    """Remove a job: its ``job_table`` entry, its workers' entries, then its multicast group
+    (unless another job still uses the group). Returns the removed entry, None if absent."""
+    jobs = list_jobs(conn)
+    job = jobs.get(job_id)
+    if job is None:
+        if missing_ok:
+            return None
+        raise P4RuntimeError(grpc.StatusCode.NOT_FOUND, f"job {job_id} is not installed")
+    conn.write([conn.update(DELETE, conn.table_entry("job_table", {"job_id": job_id}))])
+    workers = []
+    for e in conn.read([conn.table_entry("worker_table")]):
+        _, match, _, _ = conn.decode_table_entry(e)
+        if match["job_id"] == job_id:
+            workers.append(e)
+    conn.write([conn.update(DELETE, e) for e in workers])
+    if not any(j.mcast_grp == job.mcast_grp for j in jobs.values() if j.job_id != job_id):
+        try:
+            conn.write([conn.update(DELETE, conn.multicast_group(job.mcast_grp))])
+        except P4RuntimeError as e:
+            if grpc.StatusCode.NOT_FOUND not in e.codes:
+                raise
+    return job
+
+
+__all__ = ["install_job", "list_jobs", "remove_job", "reset_pool"]
