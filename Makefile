@@ -1,4 +1,4 @@
-# ina: the two commands of the README are `make run` and `make test`; each sets up what it
+# ina: the two commands of the README are `make train` and `make test`; each sets up what it
 # needs on first use (a venv in .venv with the pinned dependencies).
 
 PYTHON ?= python3
@@ -7,10 +7,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 4
 
-.PHONY: run test test-fast bench p4 lint format clean help
+.PHONY: train run test bench p4 lint format clean help
 
 help:
-	@echo "make run     allreduce through a simulated switch (the main job)"
+	@echo "make train   train a model with gradients summed in a simulated switch (main job)"
+	@echo "make run     allreduce a tensor through a simulated switch, checked exactly"
 	@echo "make test    the test suite"
 	@echo "make bench   benchmarks (tables for the README)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
@@ -24,6 +25,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+train: $(STAMP)
+	$(PY) -m ina train --workers $(WORKERS)
 
 run: $(STAMP)
 	$(PY) -m ina allreduce --workers $(WORKERS)

@@ -3,6 +3,7 @@
     ina switch      run the switch model (UDP data path + P4Runtime service)
     ina allreduce   N workers allreduce a tensor through a switch, checked exactly
     ina counters    read a switch's aggregation counters over P4Runtime (once or live)
+    ina train       data-parallel training with gradients summed in the (simulated) switch
     ina bench       benchmarks (switch throughput, compression)
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
@@ -19,6 +20,7 @@ COMMANDS = {
     "switch": ("ina.switch_model.run", "run the switch model"),
     "allreduce": ("ina.host.allreduce_cmd", "allreduce a tensor with N workers and check it"),
     "counters": ("ina.control.counters_cli", "read a switch's counters over P4Runtime"),
+    "train": ("ina.train.cli", "train a PyTorch model with gradients summed in the switch"),
     "bench": ("ina.bench.cli", "run benchmarks"),
 }
 

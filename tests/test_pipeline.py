@@ -164,6 +164,15 @@ def test_generations_advance_by_exactly_two_pools_and_reinstall_restarts():
     assert len(p.process(pkt(0, seq=0, pool=2))) == 1
 
 
+def test_a_rerun_from_another_seq_start_is_stale_never_answered_from_old_slots():
+    p = make(num_workers=2, pool_size=2)
+    for w in (0, 1):  # a short first run: seq 0 completes
+        p.process(pkt(w, seq=0, pool=2, lanes=(5, 5, 5, 5)))
+    # a second run of the job without re-installing it, from a different seq_start
+    assert p.process(pkt(0, seq=4096, pool=2, flags=Flag.RETX)) == []
+    assert stats(p)[Counter.DROP_STALE] == 1 and stats(p)[Counter.RETX_REPLIES] == 0
+
+
 def test_pool_size_must_be_a_power_of_two():
     with pytest.raises(ValueError, match="power-of-two"):
         local_job(pool_size=6).entry()
@@ -196,7 +205,6 @@ def test_stale_duplicate_never_enters_a_later_sum():
         (pkt(0, slot=4), Counter.DROP_BAD_SLOT),
         (pkt(0, seq=5, slot=2), Counter.DROP_BAD_SLOT),  # seq 5 lives in slot 1
         (pkt(0, seq=1, flags=Flag.SHADOW), Counter.DROP_BAD_SLOT),  # and in copy 0
-        (pkt(0, seq=1000), Counter.DROP_STALE),  # not a first generation of an unused copy
     ],
 )
 def test_bad_input_is_dropped_and_counted(payload, counter):

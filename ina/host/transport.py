@@ -43,6 +43,19 @@ from ina.protocol import (
 _MASK32 = (1 << 32) - 1
 
 
+def run_seq_start(pool_size: int, rng=None) -> int:
+    """A random first sequence number for a run: a 32-bit multiple of ``2 * pool_size``."""
+    import secrets
+
+    step = 2 * pool_size
+    r = (
+        secrets.randbelow((1 << 32) // step)
+        if rng is None
+        else int(rng.integers((1 << 32) // step))
+    )
+    return r * step
+
+
 class ReduceTimeout(TimeoutError):
     """A chunk got no result in time; the message names the job, slot and missing workers."""
 
@@ -59,10 +72,14 @@ class WorkerConfig:
     pool_size: int = 64  # the job's pool on the switch: also the window
     lanes: int = 256  # lanes per packet: must match the switch
     rto: float = 0.05  # retransmission timeout before any RTT sample, seconds
-    min_rto: float = 0.005  # the adaptive timeout (srtt + 4 rttvar, RFC 6298) stays in
+    min_rto: float = 0.02  # the adaptive timeout (srtt + 4 rttvar, RFC 6298) stays in
     max_rto: float = 1.0  # [min_rto, max_rto]
     timeout: float = 10.0  # give up on a chunk after this long without its result
     batch: int = 64  # datagrams per system call
+    # First sequence number; every worker of a run must use the same. Launchers draw a
+    # random multiple of 2 * pool_size per run (`run_seq_start`) so that a run can never be
+    # answered from a previous run's slots; 0 is fine on a freshly installed job.
+    seq_start: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.worker_id < self.num_workers <= MAX_WORKERS:
@@ -72,8 +89,10 @@ class WorkerConfig:
             )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}")
-        if self.pool_size < 1:
-            raise ValueError("pool_size must be >= 1")
+        if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
+            raise ValueError("pool_size must be a power of two")
+        if self.seq_start % (2 * self.pool_size) or not 0 <= self.seq_start < 1 << 32:
+            raise ValueError("seq_start must be a 32-bit multiple of 2 * pool_size")
 
 
 @dataclass
@@ -114,7 +133,7 @@ class Transport:
         self.pb = packet_bytes(cfg.lanes)
         self.sock = BatchSocket(cfg.bind, batch=cfg.batch, stride=self.pb + 1)
         self.switch_index = self.sock.addresses.add(*cfg.switch)
-        self.next_seq = 0
+        self.next_seq = cfg.seq_start
         self.stats = TransportStats()
         self.rtt_listener = rtt_listener
         self.link = link  # optional ina.netem link emulation (delay, bandwidth, loss)
@@ -269,7 +288,11 @@ class Transport:
                 if too_old.size:
                     raise self._timeout_error(int(too_old[0]), base, pending, retries)
                 retries[expired] += 1
-                rto = np.minimum(self.rto * (2.0 ** retries[expired]), cfg.max_rto)
+                # Back the timeout off for new chunks too (RFC 6298 5.5): otherwise, when the
+                # RTT jumps above the RTO, every chunk is retransmitted, Karn's rule leaves
+                # no sample, and the estimator (and DC2) never learns the new delay.
+                self.rto = min(2 * self.rto, cfg.max_rto)
+                rto = np.minimum(self.rto * (2.0 ** (retries[expired] - 1)), cfg.max_rto)
                 deadline[expired] = now + rto
                 tx_hdr = tx[expired, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
                 tx_hdr["flags"] |= int(Flag.RETX)

@@ -28,10 +28,12 @@ names of the P4 controls and run in the same order:
 Why the sequence number: chunk ``seq`` of a job lives in slot ``seq % pool_size``, copy
 ``(seq // pool_size) % 2`` (pool sizes are powers of two, so these are bit masks in P4). A
 worker sends ``seq + pool_size`` (same slot, other copy) only after it has the result of
-``seq``, so a copy's generations are exactly ``g, g + 2 * pool_size, ...`` starting below
-``2 * pool_size``: a packet with any other seq is stale or forged and can never enter a sum,
-and reuse needs no reset message. A job starts at seq 0 when it is installed (installing
-resets its registers); a rerun of a job therefore re-installs it.
+``seq``, so a copy's generations are exactly ``g, g + 2 * pool_size, ...``: once a copy is in
+use, a packet with any other seq is stale (or from another run) and can never enter a sum,
+and reuse needs no reset message. Installing a job resets its pool (unused copies accept any
+consistent seq). Each run of a job starts at a random multiple of ``2 * pool_size`` that all
+its workers share (``WorkerConfig.seq_start``), so a run that meets a previous run's copies
+gets STALE drops and a clear timeout, never the previous run's stored results.
 
 The pipeline processes batches: parsing and validation are vectorized over the batch; the
 stateful stages run per packet in order, so a batch behaves exactly like the same packets one
@@ -261,7 +263,7 @@ class Pipeline:
             mask = 1 << w
             stored = r_seq[row]
             cnt = r_count[row]
-            if (q == (stored + 2 * psize) & _MASK32) if cnt else q < 2 * psize:
+            if not cnt or q == (stored + 2 * psize) & _MASK32:
                 # NEW: first contribution of this generation. -- LaneAggregate: write.
                 r_seq[row] = q
                 r_bitmap[row] = mask

@@ -1,0 +1,369 @@
+"""`ina train`: data-parallel training of a PyTorch model with gradients summed in the switch.
+
+What one run does:
+
+1. Starts the switch model (`LocalSwitch`, a child process) with one job whose workers' UDP
+   ports are reserved first, unless ``--switch IP:PORT --jobs FILE`` names a running switch
+   (``--p4runtime ADDR`` then re-installs the job first: a job's sequence numbers restart at
+   0 on every run, and only a fresh install resets the slots that hold the last run's
+   generations).
+2. Writes the run's configuration (hyperparameters and each rank's INA address) to
+   ``OUT/config.json`` and launches ``--workers`` ranks with torchrun
+   (``torch.distributed.run``; gloo rendezvous on 127.0.0.1, a free port), each running
+   `ina.train.worker_main`: DDP with the INA communication hook (``--backend ina``) or with
+   plain gloo allreduce (``--backend gloo``, the baseline).
+3. Rank 0 prints per-epoch loss and accuracy (with a tqdm bar on a terminal); at the end this
+   command prints the summary (accuracy, time per iteration, bytes each worker sent) and the
+   switch's aggregation counters, and writes ``OUT/summary.json``.
+
+``ina train`` with no options is the README's main command (``make train``): a small MLP on
+scikit-learn's digits, 4 workers, 20 epochs, about 20-40 s on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ina.host.transport import run_seq_start
+from ina.train.data import DATASETS
+from ina.train.hook import COMPRESSIONS
+from ina.train.models import MODELS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument(
+        "--workers",
+        type=int,
+        help="data-parallel ranks (default 4; the job's worker count with --jobs)",
+    )
+    g.add_argument("--model", default="mlp", choices=sorted(MODELS))
+    g.add_argument("--dataset", default="digits", choices=sorted(DATASETS))
+    g.add_argument("--data-dir", help="directory of the MNIST IDX / CIFAR-10 pickle files")
+    g.add_argument("--epochs", type=int, default=20)
+    g.add_argument("--batch-size", type=int, default=32, help="per worker")
+    g.add_argument("--lr", type=float, default=0.05)
+    g.add_argument("--momentum", type=float, default=0.9)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-steps", type=int, help="stop after this many steps in total")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    g.add_argument(
+        "--out", help="directory for config, metrics.csv, summary.json (default: a temporary one)"
+    )
+    g.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    c = p.add_argument_group("communication")
+    c.add_argument(
+        "--backend",
+        default="ina",
+        choices=["ina", "gloo"],
+        help="ina: through the switch; gloo: plain DDP allreduce (baseline)",
+    )
+    c.add_argument("--compression", default="dense", choices=COMPRESSIONS)
+    c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
+    c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
+    c.add_argument(
+        "--warmup-steps", type=int, default=1, help="dense steps before compression starts"
+    )
+    c.add_argument(
+        "--delay",
+        default="none",
+        help="link delay profile per worker (none, constant, low, high, trace:PATH)",
+    )
+    c.add_argument("--lanes", type=int, default=256, help="lanes per packet (switch's)")
+    c.add_argument("--pool", type=int, default=128, help="slots in the job's pool (window)")
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="per-chunk timeout: a missing worker fails the run after this long",
+    )
+    c.add_argument("--switch", help="IP:PORT of a running switch (default: start a model)")
+    c.add_argument("--jobs", help="jobs file of the running switch (with --switch)")
+    c.add_argument("--job-id", type=int, help="job in the jobs file (default: the first)")
+    c.add_argument(
+        "--p4runtime",
+        help="with --switch: P4Runtime address; re-install the "
+        "job before training (resets its slots)",
+    )
+    t = p.add_argument_group("checks (tests)")
+    t.add_argument(
+        "--check-sync",
+        action="store_true",
+        help="compare a digest of every rank's parameters after every step",
+    )
+    t.add_argument(
+        "--dump-step",
+        type=int,
+        help="save parameters, gradients and quantization bounds after this step",
+    )
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Raise ValueError saying what is wrong with the options."""
+    if args.workers is not None and not 1 <= args.workers <= 32:
+        raise ValueError(f"--workers must be 1..32, got {args.workers}")
+    for name in ("epochs", "batch_size", "threads", "lanes", "pool"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.pool & (args.pool - 1):
+        raise ValueError(f"--pool must be a power of two (slot = seq % pool), got {args.pool}")
+    if not args.lr > 0:
+        raise ValueError("--lr must be > 0")
+    if args.compression == "homomorphic" and not 0 < args.density < 1:
+        raise ValueError("--density must be in (0, 1) with --compression homomorphic")
+    if args.compression == "dc2":
+        from ina.control.dc2.laws import LAWS
+
+        if args.law not in LAWS:
+            raise ValueError(f"unknown --law {args.law!r}; known: {sorted(LAWS)}")
+    if args.backend == "gloo" and args.compression != "dense":
+        raise ValueError("--compression needs --backend ina (gloo is the dense baseline)")
+    if bool(args.switch) != bool(args.jobs):
+        raise ValueError("--switch and --jobs go together (a running switch and its job)")
+    if args.p4runtime and not args.switch:
+        raise ValueError("--p4runtime re-installs the job of a running --switch")
+    if args.dump_step is not None and not args.out:
+        raise ValueError("--dump-step needs --out")
+    name = args.delay.partition(":")[0]
+    from ina.netem import PROFILES
+
+    if name not in PROFILES:
+        raise ValueError(f"unknown --delay profile {args.delay!r}; known: {sorted(PROFILES)}")
+    if args.dataset == "digits" and args.data_dir:
+        raise ValueError("digits ships with scikit-learn: no --data-dir")
+    if args.dataset != "digits" and not args.data_dir:
+        raise ValueError(f"--dataset {args.dataset} needs --data-dir (nothing is downloaded)")
+
+
+def ina_section(spec, switch: tuple[str, int], lanes: int, timeout: float) -> dict:
+    """The config's ``ina`` section: the job and where each rank's worker binds."""
+    workers = sorted(spec.workers, key=lambda w: w.worker_id)
+    if [w.worker_id for w in workers] != list(range(spec.num_workers)):
+        raise ValueError(f"job {spec.job_id}: worker ids must be 0..{spec.num_workers - 1}")
+    return {
+        "job_id": spec.job_id,
+        "switch": [switch[0], int(switch[1])],
+        "pool_size": spec.pool_size,
+        # one random first sequence number per run: never answered from an older run's slots
+        "seq_start": run_seq_start(spec.pool_size),
+        "lanes": lanes,
+        "timeout": timeout,
+        "workers": [[w.ip, w.udp_port] for w in workers],
+    }
+
+
+def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
+    """Everything a rank needs, as JSON-able data (`ina.train.worker_main` reads it)."""
+    return {
+        "backend": args.backend,
+        "model": args.model,
+        "dataset": args.dataset,
+        "data_dir": args.data_dir,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "momentum": args.momentum,
+        "weight_decay": args.weight_decay,
+        "seed": args.seed,
+        "max_steps": args.max_steps,
+        "threads": args.threads,
+        "compression": args.compression,
+        "density": args.density,
+        "law": args.law,
+        "warmup_steps": args.warmup_steps,
+        "delay": args.delay,
+        "check_sync": args.check_sync,
+        "dump_step": args.dump_step,
+        "progress": not args.no_progress,
+        "out": str(out),
+        "ina": ina,
+    }
+
+
+def torchrun_command(num_workers: int, master_port: int, config_path: Path) -> list[str]:
+    """torchrun on one node: ``num_workers`` ranks, static rendezvous on 127.0.0.1."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={num_workers}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={master_port}",
+        "--max-restarts=0",
+        "-m",
+        "ina.train.worker_main",
+        str(config_path),
+    ]
+
+
+def rank_env(num_workers: int, master_port: int) -> dict[str, str]:
+    """Environment for the ranks (torchrun adds RANK, WORLD_SIZE, ...)."""
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",  # 2 cores shared by all ranks (and the switch)
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def run_ranks(num_workers: int, config: dict, out: Path) -> int:
+    """Write the config, run torchrun, return its exit code."""
+    from ina.host.launch import free_tcp_port
+
+    config_path = out / "config.json"
+    config_path.write_text(json.dumps(config, indent=1))
+    port = free_tcp_port()
+    cmd = torchrun_command(num_workers, port, config_path)
+    return subprocess.call(cmd, env=rank_env(num_workers, port))
+
+
+def rank_errors(out: Path) -> list[str]:
+    """First line of each rank's error report, by rank."""
+    files = sorted(out.glob("error_rank*.txt"), key=lambda p: int(p.stem[len("error_rank") :]))
+    return [p.read_text().splitlines()[0] for p in files]
+
+
+def print_summary(result: dict, counters: dict | None, wall_s: float) -> None:
+    print("\nsummary")
+    print(f"  {'accuracy':<28} {100 * result['final_accuracy']:.2f} % on the test set")
+    print(
+        f"  {'time':<28} {result['train_seconds']:.1f} s training, {wall_s:.1f} s in all "
+        f"(with process start-up)"
+    )
+    print(
+        f"  {'time per iteration':<28} {result['step_ms_mean']:.2f} ms mean, "
+        f"{result['step_ms_median']:.2f} ms median ({result['steps']} steps)"
+    )
+    ranks = result["ranks"]
+    if result["backend"] == "ina":
+        comm = [1e3 * r["hook_seconds"] / max(result["steps"], 1) for r in ranks]
+        print(f"  {'INA allreduce per iteration':<28} {max(comm):.2f} ms (slowest worker)")
+        print(
+            f"  {'bytes sent per worker':<28} " + ", ".join(f"{r['bytes_sent']:,}" for r in ranks)
+        )
+        print(
+            f"  {'retransmissions per worker':<28} "
+            + ", ".join(str(r["retransmissions"]) for r in ranks)
+        )
+    print(
+        f"  {'gradient per step':<28} {result['gradient_bytes_per_step']:,} bytes of float32 "
+        f"({result['parameters']:,} parameters)"
+    )
+    print(f"  {'replicas identical at end':<28} {result['replicas_identical']}")
+    if counters:
+        print_counters(counters)
+
+
+def print_counters(counters: dict) -> None:
+    """The switch's final aggregation counters (`LocalSwitch.stop`)."""
+    print("\nswitch aggregation counters (packets, bytes):")
+    for name, (pk, by) in counters.items():
+        print(f"  {name:<18} {pk:>12} {by:>14}")
+
+
+def _reinstall(address: str, spec) -> None:
+    from ina.control.jobs import install_job
+    from ina.control.p4rt import connect
+
+    with connect(address) as conn:
+        install_job(conn, spec, replace=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        validate(args)
+    except ValueError as e:
+        print(f"ina train: {e}", file=sys.stderr)
+        return 2
+    tmp = None
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("error_rank*.txt"):
+            stale.unlink()
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="ina-train-")
+        out = Path(tmp.name)
+    t0 = time.monotonic()
+    switch = None
+    counters = None
+    try:
+        if args.backend == "gloo":
+            n = args.workers or 4
+            rc = run_ranks(n, make_config(args, out, None), out)
+        elif args.switch:
+            from ina.switch_model.tables import load_jobs
+
+            specs = load_jobs(args.jobs)
+            spec = next((s for s in specs if args.job_id in (None, s.job_id)), None)
+            if spec is None:
+                print(f"ina train: no job {args.job_id} in {args.jobs}", file=sys.stderr)
+                return 2
+            n = spec.num_workers
+            if args.workers not in (None, n):
+                print(
+                    f"ina train: job {spec.job_id} has {n} workers, not {args.workers}",
+                    file=sys.stderr,
+                )
+                return 2
+            if args.p4runtime:
+                _reinstall(args.p4runtime, spec)
+            else:
+                print(
+                    f"note: job {spec.job_id} must be freshly installed on the switch: its "
+                    "sequence numbers restart at 0, so slots left by an earlier run of it "
+                    "drop or mis-answer this run (--p4runtime ADDR re-installs it)",
+                    file=sys.stderr,
+                )
+            host, port = args.switch.rsplit(":", 1)
+            ina = ina_section(spec, (host, int(port)), args.lanes, args.timeout)
+            rc = run_ranks(n, make_config(args, out, ina), out)
+        else:
+            from ina.host.launch import LocalSwitch, local_jobs
+
+            n = args.workers or 4
+            jobs = local_jobs(n, args.pool)
+            switch = LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False)
+            print(f"switch model started: {switch.ready_line}", flush=True)
+            ina = ina_section(jobs[0], switch.address, args.lanes, args.timeout)
+            rc = run_ranks(n, make_config(args, out, ina), out)
+            counters = switch.stop()
+            switch = None
+        wall = time.monotonic() - t0
+        errors = rank_errors(out)
+        result_path = out / "result.json"
+        if rc != 0 or errors or not result_path.exists():
+            why = "; ".join(errors) or f"torchrun exited with code {rc}"
+            print(f"\nina train: FAILED: {why}", file=sys.stderr)
+            if counters:
+                print_counters(counters)
+            return 1
+        result = json.loads(result_path.read_text())
+        result["switch_counters"] = counters
+        result["wall_seconds"] = wall
+        (out / "summary.json").write_text(json.dumps(result, indent=1))
+        print_summary(result, counters, wall)
+        if args.out:
+            print(f"\nmetrics: {out / 'metrics.csv'}, {out / 'summary.json'}")
+        return 0
+    finally:
+        if switch is not None:
+            switch.stop()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="ina train", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

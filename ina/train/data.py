@@ -1,0 +1,209 @@
+"""Data sets for `ina train`: nothing is downloaded at run time.
+
+The default, ``digits``, is scikit-learn's `load_digits` (1,797 8x8 handwritten digits that
+ship inside the installed scikit-learn package), so a fresh machine trains offline. MNIST and
+CIFAR-10 are read from files the user already has, in their standard formats:
+
+- ``mnist``: a directory with ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+  ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``), the IDX
+  format of LeCun's site;
+- ``cifar10``: a directory with ``data_batch_1`` .. ``data_batch_5`` and ``test_batch``
+  (the "python version" pickles; ``cifar-10-batches-py/`` inside it is found too).
+
+Every data set comes out the same way: float32 images ``(n, C, H, W)`` standardized with the
+training set's per-channel mean and standard deviation, int64 labels, a fixed train/test
+split (digits: stratified, seeded). `shard` gives each data-parallel rank its part through
+`DistributedSampler`, so ranks see disjoint batches whose union is the epoch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train/test pair of tensors and what a model needs to know about them."""
+
+    name: str
+    train_x: torch.Tensor  # float32 (n, C, H, W), standardized
+    train_y: torch.Tensor  # int64 (n,)
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_x.shape[1:])
+
+
+def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel standardization with the training set's statistics (no test leakage)."""
+    axes = (0, 2, 3)
+    mean = train.mean(axis=axes, keepdims=True)
+    std = train.std(axis=axes, keepdims=True)
+    std = np.where(std > 0, std, 1.0)
+    return ((train - mean) / std).astype(np.float32), ((test - mean) / std).astype(np.float32)
+
+
+def _make(name: str, xtr, ytr, xte, yte, num_classes: int) -> Dataset:
+    xtr, xte = _standardize(np.asarray(xtr, np.float64), np.asarray(xte, np.float64))
+    return Dataset(
+        name,
+        torch.from_numpy(xtr),
+        torch.from_numpy(np.asarray(ytr, np.int64)),
+        torch.from_numpy(xte),
+        torch.from_numpy(np.asarray(yte, np.int64)),
+        num_classes,
+    )
+
+
+def load_digits(seed: int = 0, test_fraction: float = 0.2, path: str | None = None) -> Dataset:
+    """scikit-learn's digits: 1,797 images of 8x8, a stratified split seeded by ``seed``."""
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    if path:
+        raise ValueError("the digits data set ships with scikit-learn: it takes no path")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    d = sk_load_digits()
+    x = d.images.reshape(-1, 1, 8, 8)
+    xtr, xte, ytr, yte = train_test_split(
+        x, d.target, test_size=test_fraction, random_state=seed, stratify=d.target
+    )
+    return _make("digits", xtr, ytr, xte, yte, 10)
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """An IDX file (MNIST's format; ``.gz`` is read transparently) as a numpy array.
+
+    Header: two zero bytes, a type code (0x08 = uint8, ...), the number of dimensions, then
+    one big-endian uint32 per dimension; the data follow in C order, big-endian.
+    """
+    path = Path(path)
+    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"{path}: not an IDX file (bad magic)")
+    types = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    if raw[2] not in types:
+        raise ValueError(f"{path}: unknown IDX type code 0x{raw[2]:02x}")
+    ndim = raw[3]
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+    data = np.frombuffer(raw, types[raw[2]], offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: header says {dims}, file holds {data.size} values")
+    return data.reshape(dims)
+
+
+def _find(directory: Path, stem: str) -> Path:
+    for name in (
+        stem,
+        stem + ".gz",
+        stem.replace("-idx", ".idx"),
+        stem.replace("-idx", ".idx") + ".gz",
+    ):
+        if (directory / name).exists():
+            return directory / name
+    raise FileNotFoundError(f"{directory}: no {stem}[.gz] (MNIST IDX files expected)")
+
+
+def load_mnist(seed: int = 0, path: str | None = None) -> Dataset:
+    """MNIST from IDX files in directory ``path`` (its own 60,000/10,000 split)."""
+    if not path:
+        raise ValueError("mnist needs --data-dir: a directory with the four IDX files")
+    d = Path(path)
+    xtr = read_idx(_find(d, "train-images-idx3-ubyte"))
+    ytr = read_idx(_find(d, "train-labels-idx1-ubyte"))
+    xte = read_idx(_find(d, "t10k-images-idx3-ubyte"))
+    yte = read_idx(_find(d, "t10k-labels-idx1-ubyte"))
+    if xtr.shape[0] != ytr.shape[0] or xte.shape[0] != yte.shape[0]:
+        raise ValueError(f"{d}: image and label counts differ")
+    return _make("mnist", xtr[:, None] / 255.0, ytr, xte[:, None] / 255.0, yte, 10)
+
+
+def _unpickle(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return pickle.load(f, encoding="bytes")
+
+
+def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
+    """CIFAR-10 from the python-pickle batches in directory ``path``."""
+    if not path:
+        raise ValueError("cifar10 needs --data-dir: the directory of the python batches")
+    d = Path(path)
+    if not (d / "test_batch").exists() and (d / "cifar-10-batches-py").is_dir():
+        d = d / "cifar-10-batches-py"
+    if not (d / "test_batch").exists():
+        raise FileNotFoundError(f"{d}: no test_batch (CIFAR-10 python batches expected)")
+
+    def batch(p: Path) -> tuple[np.ndarray, np.ndarray]:
+        b = _unpickle(p)
+        x = np.asarray(b[b"data"], np.uint8).reshape(-1, 3, 32, 32)
+        return x, np.asarray(b[b"labels"], np.int64)
+
+    parts = [batch(p) for p in sorted(d.glob("data_batch_*"))]
+    if not parts:
+        raise FileNotFoundError(f"{d}: no data_batch_* files")
+    xtr = np.concatenate([x for x, _ in parts])
+    ytr = np.concatenate([y for _, y in parts])
+    xte, yte = batch(d / "test_batch")
+    return _make("cifar10", xtr / 255.0, ytr, xte / 255.0, yte, 10)
+
+
+DATASETS: dict[str, Callable[..., Dataset]] = {
+    "digits": load_digits,
+    "mnist": load_mnist,
+    "cifar10": load_cifar10,
+}
+
+
+def load_dataset(name: str, seed: int = 0, path: str | None = None) -> Dataset:
+    """A data set by registry name (``digits``, ``mnist``, ``cifar10``)."""
+    try:
+        loader = DATASETS[name]
+    except KeyError:
+        raise ValueError(f"unknown data set {name!r}; known: {sorted(DATASETS)}") from None
+    return loader(seed=seed, path=path)
+
+
+def shard(
+    data: Dataset, rank: int, world_size: int, batch_size: int, seed: int
+) -> tuple[DataLoader, DistributedSampler]:
+    """This rank's training loader: a `DistributedSampler` shard, reshuffled per epoch.
+
+    ``drop_last=True`` in both the sampler and the loader: every rank makes the same number
+    of steps with full batches, so every allreduce has the same length on every worker.
+    Call ``sampler.set_epoch(e)`` before each epoch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    train = TensorDataset(data.train_x, data.train_y)
+    sampler = DistributedSampler(
+        train, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+    )
+    if len(sampler) < batch_size:
+        raise ValueError(
+            f"{data.name}: {len(sampler)} training samples per worker, fewer than one batch "
+            f"of {batch_size}"
+        )
+    loader = DataLoader(train, batch_size=batch_size, sampler=sampler, drop_last=True)
+    return loader, sampler
+
+
+def test_shard(data: Dataset, rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ``world_size``-th test sample from ``rank``: disjoint shards covering the set
+    exactly once (no padding, unlike `DistributedSampler`), so summed counts are exact."""
+    return data.test_x[rank::world_size], data.test_y[rank::world_size]
+
+
+test_shard.__test__ = False  # not a pytest test, despite its name

@@ -1,0 +1,197 @@
+"""A DDP communication hook that allreduces gradient buckets through the INA switch.
+
+Shaped like PyTorch's ``torch/distributed/algorithms/ddp_comm_hooks``: a plain function
+``ina_allreduce_hook(state, bucket) -> Future`` and a small state object, registered with
+``ddp_model.register_comm_hook(state, ina_allreduce_hook)``. DDP keeps doing everything else
+(bucketing, overlapping backward with communication, copying results into ``.grad``); the hook
+replaces only the gloo/NCCL allreduce of each bucket with `ina.host.allreduce.Worker.allreduce`.
+
+The INA allreduce is synchronous (it returns when the switch has answered every chunk), so the
+hook returns an already-completed future; DDP accepts that. DDP launches buckets in index
+order on every rank, which is what the switch needs: all workers of a job make the same
+sequence of calls, so they agree on every sequence number without talking to each other.
+"""
+
+# No ``from __future__ import annotations`` here: DDP's register_comm_hook checks the hook's
+# annotations at run time (``bucket: dist.GradBucket``, the Future return type).
+import inspect
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from ina.host.allreduce import Worker
+
+COMPRESSIONS = ("dense", "homomorphic", "dc2")
+
+
+class INAHookState:
+    """State of `ina_allreduce_hook` on one rank.
+
+    Args:
+        worker: this rank's `Worker` (``worker_id`` = rank); the state does not close it.
+        compression: ``dense`` (one SUM round of int32 lanes), ``homomorphic`` (top-k at
+            ``density`` with error feedback, OR-aggregated bitmap + count sketch; the Worker
+            must be built for it) or ``dc2`` (the density follows the level all workers agree
+            on through the switch; ``controller`` proposes this worker's level).
+        density: fraction of entries sent in ``homomorphic`` mode, in (0, 1).
+        start_compress_iter: steps that run dense before compression starts (warm-up, as
+            PowerSGD's ``start_powerSGD_iter``). DDP rebuilds its buckets after the first
+            step, so a warm-up of at least one step never compresses a bucket whose layout
+            is about to change.
+        controller: a `ina.control.dc2.DC2Controller` (``dc2`` only); it must also be the
+            Worker's RTT listener, so that it sees the delays.
+        keep_error_bounds: keep the quantization error bound of each bucket's last result
+            (`error_bounds`), for tests that compare against an exact allreduce.
+    """
+
+    def __init__(
+        self,
+        worker: Worker,
+        compression: str = "dense",
+        density: float = 1.0,
+        start_compress_iter: int = 1,
+        controller=None,
+        keep_error_bounds: bool = False,
+    ) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        if compression == "homomorphic" and not 0.0 < density < 1.0:
+            raise ValueError(f"homomorphic compression needs 0 < density < 1, got {density}")
+        if compression == "dense" and density != 1.0:
+            raise ValueError("dense mode sends every entry: density must be 1.0")
+        if compression == "dc2" and controller is None:
+            raise ValueError("dc2 needs a controller (ina.control.dc2.DC2Controller)")
+        if compression != "dc2" and controller is not None:
+            raise ValueError("a DC2 controller only makes sense with compression='dc2'")
+        if start_compress_iter < 0:
+            raise ValueError(f"start_compress_iter must be >= 0, got {start_compress_iter}")
+        params = inspect.signature(worker.allreduce).parameters
+        per_call_density = "density" in params
+        if compression == "dense" and not per_call_density and worker.density() < 1.0:
+            raise ValueError(f"dense mode, but this Worker compresses at {worker.density()}")
+        if compression == "dc2" and getattr(worker, "ladder", None) is None:
+            raise ValueError("dc2 needs a Worker built with a level ladder (ladder=...)")
+        if compression == "homomorphic" and not per_call_density:
+            # Older Worker API: the density is fixed at construction (CompressionConfig).
+            if abs(worker.density() - density) > 1e-12:
+                raise ValueError(
+                    f"this Worker compresses at density {worker.density()}, not {density}: "
+                    "build it with compression=CompressionConfig(density=...)"
+                )
+            if start_compress_iter:
+                warnings.warn(
+                    "Worker.allreduce takes no per-call density: no dense warm-up",
+                    stacklevel=2,
+                )
+                start_compress_iter = 0
+        # Hyperparameters.
+        self.worker = worker
+        self.compression = compression
+        self.density = density
+        self.start_compress_iter = start_compress_iter
+        self.controller = controller
+        self.keep_error_bounds = keep_error_bounds
+        # Internal state.
+        self.iter = 0  # completed training steps (counted at each step's last bucket)
+        self._per_call_density = per_call_density
+        self._layouts: dict[int, tuple] = {}  # bucket index -> (parameter id, shape) tuple
+        self._generations: dict[int, int] = {}  # bucket index -> layout changes seen
+        # Stats.
+        self.calls = 0
+        self.compressed_calls = 0
+        self.values = 0  # gradient values allreduced
+        self.seconds = 0.0  # wall time inside Worker.allreduce
+        self.layout_changes = 0
+        self.error_bounds: dict[int, tuple[list[torch.Tensor], torch.Tensor]] = {}
+        self.error: BaseException | None = None  # the first failure, for a clean report
+
+    def compressing(self) -> bool:
+        """Whether this step compresses (after the warm-up, in a compressed mode)."""
+        return self.compression != "dense" and self.iter >= self.start_compress_iter
+
+    def residual_key(self, bucket: dist.GradBucket) -> tuple[int, int]:
+        """The error-feedback key of a bucket: its index and a layout generation.
+
+        DDP may rebuild its buckets after the first step: a bucket index then holds other
+        parameters, or the same ones in another order, possibly with the same total size.
+        A residual belongs to positions, so a new layout (parameter identities and shapes)
+        starts a new generation, i.e. a fresh residual (the Worker also separates keys by
+        size).
+        """
+        i = bucket.index()
+        layout = tuple((id(p), tuple(p.shape)) for p in bucket.parameters())
+        old = self._layouts.get(i)
+        if old != layout:
+            if old is not None:
+                self.layout_changes += 1
+            self._layouts[i] = layout
+            self._generations[i] = self._generations.get(i, -1) + 1
+        return (i, self._generations[i])
+
+    def _maybe_step(self, bucket: dist.GradBucket) -> None:
+        """After a step's last bucket: count the step; DC2 proposes the next level."""
+        if not bucket.is_last():
+            return
+        self.iter += 1
+        if self.controller is not None:
+            level = self.controller.step(time.monotonic(), agreed_index=self.worker.level)
+            self.worker.propose_level(level)
+
+
+def ina_allreduce_hook(
+    state: INAHookState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """Average a gradient bucket over all workers through the INA switch.
+
+    1. Take the bucket's flat gradient buffer.
+    2. During the warm-up (``state.start_compress_iter`` steps), or in ``dense`` mode, call
+       ``Worker.allreduce(buffer, average=True)`` dense: a MAX round agrees on one exponent
+       per packet-sized block, a SUM round adds the int32-encoded values in the switch, every
+       worker decodes the same exact integer sums and divides by N.
+    3. Otherwise pass the bucket's error-feedback key (index and layout generation, see
+       `INAHookState.residual_key`), and in ``homomorphic`` mode the density: the Worker
+       adds the residual, sparsifies, agrees on the union support (OR round) and sums the
+       sketched values (SUM round); in ``dc2`` mode the density is the level all workers
+       agreed on in the previous call.
+    4. Copy the mean into the bucket buffer and return it in a completed future; after the
+       step's last bucket, count the step and (DC2) propose the next compression level.
+
+    Every rank decodes the same integers, so all replicas stay bit-identical.
+
+    Example::
+
+        >>> # xdoctest: +SKIP
+        >>> worker = Worker(WorkerConfig(job_id=1, worker_id=rank, num_workers=world, ...))
+        >>> state = INAHookState(worker)
+        >>> ddp_model.register_comm_hook(state, ina_allreduce_hook)
+    """
+    buffer = bucket.buffer()
+    kwargs: dict = {"average": True}
+    compress = state.compressing()
+    if compress:
+        kwargs["key"] = state.residual_key(bucket)
+        if state.compression == "homomorphic" and state._per_call_density:
+            kwargs["density"] = state.density
+    elif state._per_call_density:
+        kwargs["density"] = 1.0
+    t0 = time.perf_counter()
+    try:
+        mean = state.worker.allreduce(buffer, **kwargs)
+    except Exception as e:
+        if state.error is None:
+            state.error = e
+        raise
+    state.seconds += time.perf_counter() - t0
+    state.calls += 1
+    state.compressed_calls += int(compress)
+    state.values += buffer.numel()
+    if state.keep_error_bounds and state.worker.last.error_bound is not None:
+        bound = torch.from_numpy(state.worker.last.error_bound / state.worker.cfg.num_workers)
+        state.error_bounds[bucket.index()] = (list(bucket.parameters()), bound)
+    buffer.copy_(mean)
+    state._maybe_step(bucket)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut

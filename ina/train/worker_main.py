@@ -1,0 +1,397 @@
+"""One data-parallel rank of `ina train`: ``python -m ina.train.worker_main CONFIG.json``.
+
+Launched by torchrun (``torch.distributed.run``), or by anything that sets torchrun's
+environment contract: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``. The gloo
+process group is only the bootstrap (DDP's initial broadcast of the parameters, the per-epoch
+metrics, the optional replica check); with ``backend: ina`` every gradient bucket goes
+through the switch (`ina.train.hook`), with ``backend: gloo`` through gloo's allreduce (the
+baseline). The rank's INA worker is entry ``RANK`` of the job in the config: ``worker_id`` =
+rank, bound to the address the switch's ``worker_table`` has for it.
+
+Outputs, in the config's ``out`` directory: ``rank{r}.json`` (this rank's statistics and, with
+``check_sync``, a digest of its parameters after every step), ``result.json`` and
+``metrics.csv`` (rank 0), ``dump_rank{r}.pt`` (with ``dump_step``: parameters, gradients,
+local gradients and quantization bounds after that step), ``error_rank{r}.txt`` on failure.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.functional import cross_entropy
+from torch.nn.parallel import DistributedDataParallel
+
+from ina.train.data import load_dataset, shard, test_shard
+from ina.train.hook import ina_allreduce_hook
+from ina.train.models import build_model, num_parameters
+
+
+def param_digest(model: torch.nn.Module) -> str:
+    """A hash of every parameter's bytes, in order: equal digests = bit-identical replicas."""
+    h = hashlib.blake2b(digest_size=16)
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def make_ina_worker(config: dict, rank: int, world: int):
+    """This rank's `Worker` and hook state, from the config's ``ina`` section."""
+    from ina.host.allreduce import CompressionConfig, Worker
+    from ina.host.transport import WorkerConfig
+    from ina.train.hook import INAHookState
+
+    ina = config["ina"]
+    if len(ina["workers"]) != world:
+        raise ValueError(
+            f"the job has {len(ina['workers'])} workers but torchrun started {world} ranks"
+        )
+    ip, port = ina["workers"][rank]
+    cfg = WorkerConfig(
+        job_id=ina["job_id"],
+        worker_id=rank,
+        num_workers=world,
+        switch=(ina["switch"][0], int(ina["switch"][1])),
+        bind=(ip, int(port)),
+        pool_size=ina["pool_size"],
+        lanes=ina["lanes"],
+        timeout=ina["timeout"],
+        seq_start=ina.get("seq_start", 0),
+    )
+    link = None
+    delay = config.get("delay") or "none"
+    if delay != "none":  # this worker's up and down links (ina.netem), seeded per rank
+        from ina.host.emulated_path import EmulatedPath
+
+        link = EmulatedPath.from_profile(delay, seed=config["seed"], worker_id=rank)
+    compression = config["compression"]
+    kwargs: dict = {"link": link} if link is not None else {}
+    controller = None
+    if compression == "homomorphic":
+        kwargs["compression"] = CompressionConfig(density=config["density"])
+    elif compression == "dc2":
+        from ina.control.dc2 import DC2Controller
+        from ina.control.dc2.laws import index_to_density
+
+        controller = DC2Controller(config["law"])
+        kwargs["rtt_listener"] = lambda rtt: controller.observe(rtt, time.monotonic())
+        kwargs["ladder"] = index_to_density
+    worker = Worker(cfg, **kwargs)
+    state = INAHookState(
+        worker,
+        compression=compression,
+        density=config["density"] if compression == "homomorphic" else 1.0,
+        start_compress_iter=config["warmup_steps"] if compression != "dense" else 1,
+        controller=controller,
+        keep_error_bounds=config.get("dump_step") is not None,
+    )
+    return worker, state
+
+
+def _all_sum(values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """(sum of losses, number correct) on this rank's test shard."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(x) if len(x) else torch.zeros(0, 1)
+        loss = cross_entropy(logits, y, reduction="sum").item() if len(x) else 0.0
+        correct = (logits.argmax(1) == y).sum().item() if len(x) else 0
+    model.train()
+    return loss, float(correct)
+
+
+def snapshot(model: torch.nn.Module, batch) -> tuple[list, tuple]:
+    """Parameters and this rank's own (not yet averaged) gradient, before a step.
+
+    ``autograd.grad`` leaves ``.grad`` and DDP's hooks alone: nothing is communicated."""
+    params = list(model.parameters())
+    x, y = batch
+    local = torch.autograd.grad(cross_entropy(model(x), y), params)
+    return [p.detach().clone() for p in params], local
+
+
+def dump_step(path: Path, model, pre: tuple[list, tuple], lr: float, state) -> None:
+    """Save parameters before/after a step, the averaged and the local gradients, and the
+    quantization bound of each averaged value (INA)."""
+    names = [n for n, _ in model.named_parameters()]
+    params = [p for _, p in model.named_parameters()]
+    before, local = pre
+    bounds = {}
+    if state is not None:
+        by_id = {}
+        for plist, bound in state.error_bounds.values():
+            offset = 0
+            for p in plist:
+                by_id[id(p)] = bound[offset : offset + p.numel()].reshape(p.shape)
+                offset += p.numel()
+        bounds = {n: by_id[id(p)] for n, p in zip(names, params, strict=True) if id(p) in by_id}
+    torch.save(
+        {
+            "lr": lr,
+            "params_before": dict(zip(names, before, strict=True)),
+            "params": {n: p.detach().clone() for n, p in zip(names, params, strict=True)},
+            "grads": {n: p.grad.detach().clone() for n, p in zip(names, params, strict=True)},
+            "local_grads": dict(zip(names, local, strict=True)),
+            "error_bounds": bounds,
+        },
+        path,
+    )
+
+
+METRICS = (
+    "epoch", "step", "train_loss", "test_loss", "test_acc", "epoch_s", "step_ms", "comm_ms",
+    "bytes_sent",
+)  # fmt: skip
+
+
+class Run:
+    """One rank's training run: set-up in the constructor, then `epoch` per epoch, `finish`.
+
+    ``self.state`` is the hook state (INA backend) as soon as it exists, so that a failure
+    can be reported with the transport's own error (`main`).
+    """
+
+    def __init__(self, config: dict, rank: int, world: int) -> None:
+        self.config, self.rank, self.world = config, rank, world
+        self.lead = rank == 0
+        self.out = Path(config["out"])
+        self.worker = self.state = None
+        torch.set_num_threads(config.get("threads", 1))
+        dist.init_process_group(
+            "gloo",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=config.get("gloo_timeout", 120)),
+        )
+        seed = config["seed"]
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        self.data = load_dataset(config["dataset"], seed=seed, path=config.get("data_dir"))
+        self.loader, self.sampler = shard(self.data, rank, world, config["batch_size"], seed)
+        self.test_x, self.test_y = test_shard(self.data, rank, world)
+        self.model = build_model(config["model"], self.data.input_shape, self.data.num_classes)
+        self.ddp = DistributedDataParallel(self.model)  # broadcasts rank 0's parameters
+        if config["backend"] == "ina":
+            self.worker, self.state = make_ina_worker(config, rank, world)
+            self.ddp.register_comm_hook(self.state, ina_allreduce_hook)
+        elif config["backend"] != "gloo":
+            raise ValueError(f"backend must be ina or gloo, got {config['backend']!r}")
+        self.opt = torch.optim.SGD(
+            self.model.parameters(),
+            lr=config["lr"],
+            momentum=config["momentum"],
+            weight_decay=config.get("weight_decay", 0.0),
+        )
+        # Internal state and stats.
+        self.step = 0
+        self.step_times: list[float] = []
+        self.digests: list[str] = []
+        self.epochs: list[dict] = []
+        self._csv = None
+        if self.lead:
+            self._csv = open(self.out / "metrics.csv", "w", newline="")
+            csv.writer(self._csv).writerow(METRICS)
+            self._announce()
+
+    def _announce(self) -> None:
+        c = self.config
+        where = "gloo allreduce"
+        if self.worker is not None:
+            host, port = c["ina"]["switch"]
+            where = f"switch {host}:{port}, compression {c['compression']}"
+        d = self.data
+        print(
+            f"training {c['model']} ({num_parameters(self.model):,} parameters) on {d.name} "
+            f"({len(d.train_y)} train / {len(d.test_y)} test), {self.world} workers x batch "
+            f"{c['batch_size']}, {len(self.loader)} steps/epoch, gradients via {where}",
+            flush=True,
+        )
+
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        c = self.config
+        dump = self.step + 1 == c.get("dump_step")
+        pre = snapshot(self.model, (x, y)) if dump else None
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        loss = cross_entropy(self.ddp(x), y)
+        loss.backward()  # DDP allreduces the buckets here (the hook, or gloo)
+        self.opt.step()
+        self.step_times.append(time.perf_counter() - t0)
+        self.step += 1
+        if c.get("check_sync"):
+            self._check_sync()
+        if dump:
+            dump_step(self.out / f"dump_rank{self.rank}.pt", self.model, pre, c["lr"], self.state)
+        return loss.item()
+
+    def _check_sync(self) -> None:
+        """Every rank's parameter digest after this step; fail loudly if any differs."""
+        self.digests.append(param_digest(self.model))
+        everyone: list = [None] * self.world
+        dist.all_gather_object(everyone, self.digests[-1])
+        if len(set(everyone)) != 1:
+            raise RuntimeError(f"replicas diverged after step {self.step}: digests {everyone}")
+
+    def epoch(self, epoch: int) -> bool:
+        """Train one epoch, evaluate, report; False once ``max_steps`` is reached."""
+        c = self.config
+        self.sampler.set_epoch(epoch)
+        t_epoch = time.perf_counter()
+        comm0 = self.state.seconds if self.state else 0.0
+        steps0 = len(self.step_times)
+        loss_sum, seen = 0.0, 0
+        batches = self.loader
+        if self.lead and c.get("progress", True):
+            from tqdm import tqdm
+
+            batches = tqdm(batches, desc=f"epoch {epoch + 1}", leave=False, disable=None)
+        more = True
+        for x, y in batches:
+            loss_sum += self._train_step(x, y) * len(y)
+            seen += len(y)
+            if c.get("max_steps") and self.step >= c["max_steps"]:
+                more = False
+                break
+        epoch_s = time.perf_counter() - t_epoch
+        tr_loss, tr_n, te_loss, te_correct, te_n = _all_sum(
+            [loss_sum, seen, *evaluate(self.model, self.test_x, self.test_y), len(self.test_y)]
+        )
+        nsteps = max(len(self.step_times) - steps0, 1)
+        comm = (self.state.seconds - comm0) if self.state else 0.0
+        row = {
+            "epoch": epoch + 1,
+            "step": self.step,
+            "train_loss": tr_loss / max(tr_n, 1),
+            "test_loss": te_loss / max(te_n, 1),
+            "test_acc": te_correct / max(te_n, 1),
+            "epoch_s": epoch_s,
+            "step_ms": 1e3 * sum(self.step_times[steps0:]) / nsteps,
+            "comm_ms": 1e3 * comm / nsteps,
+            "bytes_sent": self.worker.stats.bytes_sent if self.worker else 0,
+        }
+        self.epochs.append(row)
+        if self.lead:
+            csv.writer(self._csv).writerow(row[k] for k in METRICS)
+            self._csv.flush()
+            print(
+                f"epoch {epoch + 1:>3}/{c['epochs']}  train loss {row['train_loss']:.4f}  "
+                f"test loss {row['test_loss']:.4f}  accuracy {100 * row['test_acc']:6.2f} %  "
+                f"{row['step_ms']:6.2f} ms/step"
+                + (f" ({row['comm_ms']:.2f} in INA allreduce)" if self.worker else ""),
+                flush=True,
+            )
+        return more
+
+    def finish(self, train_seconds: float) -> dict | None:
+        """Gather every rank's statistics; rank 0 writes and returns ``result.json``."""
+        times = np.asarray(self.step_times) * 1e3
+        mine = {
+            "rank": self.rank,
+            "steps": self.step,
+            "step_ms_mean": float(times.mean()) if times.size else 0.0,
+            "step_ms_median": float(np.median(times)) if times.size else 0.0,
+            "digests": self.digests,
+            "final_digest": param_digest(self.model),
+        }
+        if self.worker is not None:
+            st, hs = self.worker.stats, self.state
+            mine.update(
+                bytes_sent=st.bytes_sent,
+                packets_sent=st.packets_sent,
+                retransmissions=st.retransmissions,
+                mean_rtt_us=1e6 * st.rtt_sum / max(st.rtt_samples, 1),
+                hook_calls=hs.calls,
+                compressed_calls=hs.compressed_calls,
+                hook_seconds=hs.seconds,
+                layout_changes=hs.layout_changes,
+                final_level=self.worker.level,
+            )
+        (self.out / f"rank{self.rank}.json").write_text(json.dumps(mine))
+        everyone: list = [None] * self.world
+        dist.all_gather_object(everyone, mine)
+        result = None
+        if self.lead:
+            c = self.config
+            result = {
+                "backend": c["backend"],
+                "compression": c["compression"] if self.worker else None,
+                "model": c["model"],
+                "parameters": num_parameters(self.model),
+                "dataset": self.data.name,
+                "workers": self.world,
+                "epochs": self.epochs,
+                "final_accuracy": self.epochs[-1]["test_acc"] if self.epochs else None,
+                "train_seconds": train_seconds,
+                "steps": self.step,
+                "step_ms_mean": mine["step_ms_mean"],
+                "step_ms_median": mine["step_ms_median"],
+                "gradient_bytes_per_step": 4 * num_parameters(self.model),
+                "ranks": everyone,
+                "replicas_identical": len({r["final_digest"] for r in everyone}) == 1,
+            }
+            (self.out / "result.json").write_text(json.dumps(result, indent=1))
+            self._csv.close()
+        if self.worker is not None:
+            self.worker.close()
+        dist.destroy_process_group()
+        return result
+
+
+def train(config: dict, rank: int, world: int, ctx: dict | None = None) -> dict | None:
+    """Train; rank 0 returns the result. ``ctx["run"]`` holds the `Run` once it exists."""
+    run = Run(config, rank, world)
+    if ctx is not None:
+        ctx["run"] = run
+    t0 = time.perf_counter()
+    for epoch in range(config["epochs"]):
+        if not run.epoch(epoch):
+            break
+    return run.finish(time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ina.train.worker_main CONFIG.json", file=sys.stderr)
+        return 2
+    config = json.loads(Path(argv[0]).read_text())
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    ctx: dict = {}
+    try:
+        train(config, rank, world, ctx)
+    except BaseException as e:  # report once, clearly, then leave without waiting on peers
+        root = e
+        # an INA failure inside backward reaches us wrapped by autograd: report the original
+        state = getattr(ctx.get("run"), "state", None)
+        if state is not None and state.error is not None:
+            root = state.error
+        msg = f"rank {rank}: {type(root).__name__}: {root}"
+        print(f"ina train: {msg}", file=sys.stderr, flush=True)
+        try:
+            Path(config["out"], f"error_rank{rank}.txt").write_text(
+                msg + "\n\n" + "".join(traceback.format_exception(e))
+            )
+        finally:
+            sys.stdout.flush()
+            os._exit(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
