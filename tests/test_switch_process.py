@@ -9,26 +9,15 @@ import numpy as np
 import pytest
 
 from ina.host.allreduce import Worker
+from ina.host.allreduce_cmd import worker_configs
 from ina.host.launch import LocalSwitch, local_jobs
-from ina.host.transport import WorkerConfig
 from ina.protocol import Flag, Header, encode_packet
 
 pytestmark = pytest.mark.network
 
 
 def configs(spec, switch, lanes):
-    return [
-        WorkerConfig(
-            job_id=spec.job_id,
-            worker_id=w.worker_id,
-            num_workers=spec.num_workers,
-            switch=switch,
-            bind=(w.ip, w.udp_port),
-            pool_size=spec.pool_size,
-            lanes=lanes,
-        )
-        for w in spec.workers
-    ]
+    return worker_configs(spec, switch, lanes, timeout=10.0)
 
 
 def allreduce_all(cfgs, x):
