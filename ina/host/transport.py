@@ -311,7 +311,7 @@ class Transport:
         if self._srtt == 0.0:
             self._srtt, self._rttvar = m, m / 2
         else:
-            dev = abs(self._srtt - m) + float(rtt.std())
+            dev = abs(self._srtt - m) + (float(rtt.max()) - m)  # cheaper than a std
             self._rttvar = 0.75 * self._rttvar + 0.25 * dev
             self._srtt = 0.875 * self._srtt + 0.125 * m
         self.rto = min(max(self._srtt + 4 * self._rttvar, self.cfg.min_rto), self.cfg.max_rto)
