@@ -2,8 +2,8 @@
 
 Everything else derives from this module: the fast numpy codec used on the data path, the
 scapy layer (`ina.scapy_layer`), the P4 header and constant definitions
-(`ina/p4/headers.p4` and `ina/p4/types.p4` are generated from here by `ina.p4gen`; a test
-checks that regeneration is a no-op) and docs/protocol.md.
+(`ina/p4/generated/headers_gen.p4` and `constants_gen.p4`, generated from here by
+`ina.p4gen`; a test checks that regeneration is a no-op) and docs/protocol.md.
 
 An INA packet is Ethernet / IPv4 / UDP (destination port ``UDP_PORT`` towards the switch,
 the worker's own port back) / INA header / ``lanes`` int32 values, all in network byte

@@ -2,7 +2,7 @@
 
 The P4 program names every table, action, counter and register with a global ``@name(".x")``
 and fixes its P4Runtime ID with ``@id(...)`` from this list (the generated include
-``ina/p4/ids.p4``), so that the P4Info that p4c emits and the P4Info the switch model serves
+``ina/p4/generated/ids_gen.p4``), so that the P4Info that p4c emits and the P4Info the switch model serves
 (built from this module) agree, and one control plane drives both targets.
 
 P4Runtime IDs carry the entity kind in their top byte (P4Runtime spec, "ID allocation"):

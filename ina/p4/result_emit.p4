@@ -1,0 +1,54 @@
+// result_emit.p4: stage 7, ResultEmit (pipeline.py): what leaves the switch, and where.
+
+#ifndef INA_RESULT_EMIT_P4
+#define INA_RESULT_EMIT_P4
+
+// Runs for packets that passed SlotState (NEW, CONTRIBUTE or DUPLICATE):
+//   NEW/CONTRIBUTE that completes the slot  RESULT to the job's multicast group (one copy
+//                                           per worker; the egress addresses each copy);
+//   NEW/CONTRIBUTE that does not             absorbed: dropped without a drop reason;
+//   DUPLICATE into a complete slot           the stored RESULT, unicast back out of the
+//                                           port it came in on;
+//   DUPLICATE into an incomplete slot        PENDING, same way back, its own lanes unchanged
+//                                           and the slot's bitmap, so that the worker can
+//                                           name the workers still missing.
+// Every reply is the request's INA header with: flags = RESULT or PENDING, plus the
+// request's SHADOW bit (RETX is cleared); bitmap, exp and level = the slot copy's after this
+// packet. version, op, worker_id (the sender's, also in multicast copies), job_id, slot,
+// seq and num_lanes stay as the request had them.
+control ResultEmit(inout ina_h ina,
+                   inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+    apply {
+        flags_t shadow = ina.flags & FLAG_SHADOW;
+        if (meta.slot_action == slot_action_t.DUPLICATE) {
+            standard_metadata.egress_spec = standard_metadata.ingress_port;
+            if (meta.complete) {
+                meta.reply = reply_t.RESULT_UNICAST;
+                ina.flags = FLAG_RESULT | shadow;
+            } else {
+                meta.reply = reply_t.PENDING;
+                ina.flags = FLAG_PENDING | shadow;
+            }
+        } else if (meta.complete) {
+            meta.reply = reply_t.RESULT_MULTICAST;
+            // Drop the original, replicate to the group: v1model multicasts when mcast_grp
+            // is non-zero, whatever egress_spec says. A job installed with group 0 (not a
+            // valid P4Runtime group) thus sends nothing, like the model's empty group,
+            // instead of leaking the result out of port 0.
+            mark_to_drop(standard_metadata);
+            standard_metadata.mcast_grp = meta.mcast_grp;
+            ina.flags = FLAG_RESULT | shadow;
+        } else {
+            meta.reply = reply_t.NONE;
+            mark_to_drop(standard_metadata);
+        }
+        if (meta.reply != reply_t.NONE) {
+            ina.bitmap = meta.bitmap;
+            ina.exp = meta.exp;
+            ina.level = meta.level;
+        }
+    }
+}
+
+#endif  // INA_RESULT_EMIT_P4

@@ -1,0 +1,36 @@
+// validate.p4: stage 1, Validate (pipeline.py): is this a well-formed INA request?
+
+#ifndef INA_VALIDATE_P4
+#define INA_VALIDATE_P4
+
+// An INA packet (UDP to INA_UDP_PORT) is MALFORMED unless all of these hold, exactly the
+// switch model's conditions:
+//   - it parsed whole: INA header and all P4_LANES lanes present (no parser error);
+//   - its UDP datagram is exactly one INA payload long (UDP length == INA_UDP_LENGTH);
+//   - version == INA_VERSION and OP_SUM <= op <= OP_MAX;
+//   - neither RESULT nor PENDING is set: those only travel switch -> worker;
+//   - num_lanes <= P4_LANES.
+control Validate(in headers_t hdr,
+                 inout metadata_t meta,
+                 inout standard_metadata_t standard_metadata) {
+    apply {
+        bool parsed = standard_metadata.parser_error == error.NoError
+                      && hdr.ina.isValid() && hdr.lanes.isValid();
+        // Only read the INA header when it was extracted (its fields are undefined otherwise).
+        bool well_formed = false;
+        if (parsed) {
+            well_formed = hdr.udp.length == INA_UDP_LENGTH
+                          && hdr.ina.version == INA_VERSION
+                          && hdr.ina.op >= OP_SUM && hdr.ina.op <= OP_MAX
+                          && (hdr.ina.flags & (FLAG_RESULT | FLAG_PENDING)) == 0
+                          && hdr.ina.num_lanes <= P4_LANES;
+        }
+        if (!well_formed) {
+            meta.dropped = true;
+            meta.drop_reason = DROP_REASON_MALFORMED;
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif  // INA_VALIDATE_P4
