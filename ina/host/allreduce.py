@@ -150,12 +150,14 @@ class Worker:
     def stats(self):
         return self.transport.stats
 
-    def allreduce(self, x, average: bool = False, key: object = None):
+    def allreduce(self, x, average: bool = False, key: object = None, density: float | None = None):
         """Sum (or mean) of ``x`` over the job's workers; numpy arrays or torch tensors of any
         shape and float dtype; returns the same type, shape and dtype.
 
         ``key`` names the bucket for error feedback in compressed mode (residuals are kept
-        per key; the same key must always carry a tensor of the same size)."""
+        per key; the same key must always carry a tensor of the same size). ``density``
+        overrides the configured density for this call (every worker must pass the same:
+        e.g. a dense warm-up before compression starts)."""
         is_torch = type(x).__module__.startswith("torch")
         if is_torch:
             import torch
@@ -166,20 +168,27 @@ class Worker:
         if not np.issubdtype(arr.dtype, np.floating):
             raise TypeError(f"allreduce takes float tensors, got {arr.dtype}")
         flat = arr.reshape(-1)
-        out = self.allreduce_flat(flat, average=average, key=key)
+        out = self.allreduce_flat(flat, average=average, key=key, density=density)
         out = out.astype(arr.dtype).reshape(arr.shape)
         if is_torch:
             return torch.from_numpy(out).to(x.device)
         return out
 
     def allreduce_flat(
-        self, flat: np.ndarray, average: bool = False, key: object = None
+        self,
+        flat: np.ndarray,
+        average: bool = False,
+        key: object = None,
+        density: float | None = None,
     ) -> np.ndarray:
         """Flat float array -> float64 sum (or mean) over workers."""
         quantize.check_finite(flat)
         if flat.size and float(np.abs(flat).max()) >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
-        density = self.density()
+        if density is None:
+            density = self.density()
+        elif not 0.0 < density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {density}")
         if density < 1.0 and flat.size:
             out = self._allreduce_compressed(flat, density, key)
         else:
