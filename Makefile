@@ -7,7 +7,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 4
 
-.PHONY: train run test bench p4 lint format clean help
+TOPO      ?= single_4
+WORKLOAD  ?= none
+TOPO_ARGS ?=
+
+.PHONY: train run test bench p4 topo topo-stop lint format clean help
 
 help:
 	@echo "make train   train a model with gradients summed in a simulated switch (main job)"
@@ -15,6 +19,8 @@ help:
 	@echo "make test    the test suite"
 	@echo "make bench   benchmarks (tables for the README)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
+	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
+	@echo "make topo-stop  remove what a previous make topo left behind"
 	@echo "make lint    ruff"
 
 $(STAMP): pyproject.toml
@@ -40,6 +46,15 @@ bench: $(STAMP)
 
 p4: $(STAMP)
 	$(PY) -m ina.p4build
+
+# BMv2 runs the compiled program when p4c-bm2-ss and simple_switch_grpc are on PATH;
+# otherwise the switch model serves the switch node's interfaces.
+topo: $(STAMP)
+	@if command -v p4c-bm2-ss >/dev/null 2>&1; then $(MAKE) p4; fi
+	$(PY) -m bmv2_topologies.launch --topo $(TOPO) --workload $(WORKLOAD) $(TOPO_ARGS)
+
+topo-stop: $(STAMP)
+	$(PY) -m bmv2_topologies.launch --stop
 
 lint: $(STAMP)
 	$(PY) -m ruff check ina tests bmv2_topologies
