@@ -18,7 +18,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ina.control.p4rt import MODIFY, SwitchConnection
+import grpc
+
+from ina.control.p4rt import MODIFY, P4RuntimeError, SwitchConnection
 from ina.protocol import FRAME_OVERHEAD, HEADER_BYTES, LANE_BYTES, MAX_WORKERS, Counter
 
 STATS = "ina_stats"
@@ -71,13 +73,32 @@ def read_counters(conn: SwitchConnection, workers: bool = True) -> CounterSnapsh
 
 
 def reset_counters(conn: SwitchConnection) -> None:
-    """Zero both counter arrays (one MODIFY per array, every index)."""
-    conn.write(
-        [
-            conn.update(MODIFY, conn.counter_entry(STATS, packets=0, bytes_=0)),
-            conn.update(MODIFY, conn.counter_entry(WORKERS, packets=0, bytes_=0)),
-        ]
-    )
+    """Zero both counter arrays.
+
+    One wildcard MODIFY per array where the target supports it (the switch model); BMv2's
+    P4Runtime server answers UNIMPLEMENTED for wildcard writes of indirect counters, so there
+    every cell is written, in batches.
+    """
+    try:
+        conn.write(
+            [
+                conn.update(MODIFY, conn.counter_entry(STATS, packets=0, bytes_=0)),
+                conn.update(MODIFY, conn.counter_entry(WORKERS, packets=0, bytes_=0)),
+            ]
+        )
+        return
+    except P4RuntimeError as e:
+        if grpc.StatusCode.UNIMPLEMENTED not in e.codes:
+            raise
+    for name in (STATS, WORKERS):
+        size = conn.p4.counters[name].size
+        for lo in range(0, size, 256):
+            conn.write(
+                [
+                    conn.update(MODIFY, conn.counter_entry(name, i, packets=0, bytes_=0))
+                    for i in range(lo, min(lo + 256, size))
+                ]
+            )
 
 
 @dataclass(frozen=True)
