@@ -8,6 +8,7 @@ import importlib
 BENCHES = {
     "switch": "ina.bench.switch",
     "compression": "ina.bench.compression",
+    "bmv2": "ina.bench.bmv2",
 }
 
 

@@ -15,29 +15,41 @@ is what makes the switch accept the job's packets, so it appears only once the g
 addresses it needs exist, and disappears first (P4Runtime orders dependent updates only
 across batches). A failed install removes what it had written.
 
-Before the job entry goes in, the pool's ``slot_count`` cells are zeroed (`reset_pool`): a
-job starts at seq 0, which the switch accepts only into an unused slot copy (count 0), and a
-pool may hold a previous job's slots. The switch model resets the pool itself as well; BMv2
-keeps register state across table changes and its P4Runtime server has no register writes
-(UNIMPLEMENTED), so there the reset goes through ``simple_switch_CLI`` (Thrift) when
-``thrift_port`` is given, and otherwise is skipped with a warning (fine on a freshly pushed
-pipeline, whose registers are zero).
+Before the job entry goes in, the pool is reset (`reset_pool`): a job starts at seq 0, which
+the switch accepts only into an unused slot copy (``slot_count`` 0), and a pool may hold a
+previous job's slots. How depends on the target, which one probe write tells apart:
+
+- the switch model serves register writes over P4Runtime: ``slot_count`` of the pool's cells
+  is zeroed in one Write batch (the model also resets the pool itself on install);
+- BMv2's P4Runtime server has no register writes at all (the probe comes back UNIMPLEMENTED;
+  one failed update, never one per cell: thousands of failed updates make an error reply
+  whose details exceed gRPC's 16 KiB metadata limit, RESOURCE_EXHAUSTED). With
+  ``thrift_port``, the reset goes through BMv2's Thrift runtime CLI (``simple_switch_CLI``,
+  one process): ``register_reset`` of every slot register when no other job is installed
+  (a clean slate, as after a pipeline push), else ``register_write slot_count i 0`` for the
+  job's cells only, because ``register_reset`` would also clear other jobs' live slots.
+  Without ``thrift_port`` the reset is skipped with a warning: right after a pipeline push
+  (which zeroes every register) that is harmless.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import subprocess
+import sys
 
 import grpc
 
 from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, SwitchConnection
+from ina.p4.entities import REGISTERS
 from ina.switch_model.tables import JobEntry, JobSpec
 
 log = logging.getLogger(__name__)
 
 SIMPLE_SWITCH_CLI = "simple_switch_CLI"
+COUNT_REGISTER = "slot_count"  # count 0 marks an unused slot copy
 
 
 def _group_entity(conn: SwitchConnection, spec: JobSpec, group: int):
@@ -75,52 +87,101 @@ def _job_entity(conn: SwitchConnection, job: JobEntry):
 def reset_pool(conn: SwitchConnection, job: JobEntry, thrift_port: int | None = None) -> bool:
     """Zero ``slot_count`` of the job's pool (both shadow copies of each slot), so that its
     chunks start fresh; the other slot registers are rewritten by a slot's first packet.
+    (BMv2 over Thrift with no other job installed: every slot register, whole.) See the
+    module docstring for how each target does it.
 
     Returns False if the target could not do it (BMv2 without ``thrift_port``; logged).
     """
-    first, n = job.pool_base * 2, job.pool_size * 2
-    try:
-        conn.write(
-            [
-                conn.update(MODIFY, conn.register_entry("slot_count", i, 0))
-                for i in range(first, first + n)
-            ]
-        )
-        return True
+    cells = range(job.pool_base * 2, (job.pool_base + job.pool_size) * 2)
+    try:  # the probe: one cell, so that a target without register writes fails once
+        conn.write([conn.update(MODIFY, conn.register_entry(COUNT_REGISTER, cells[0], 0))])
     except P4RuntimeError as e:
         if e.codes != {grpc.StatusCode.UNIMPLEMENTED}:
             raise
+    else:
+        conn.write(
+            [conn.update(MODIFY, conn.register_entry(COUNT_REGISTER, i, 0)) for i in cells[1:]]
+        )
+        return True
     if thrift_port is None:
         log.warning(
-            "job %d: the switch has no P4Runtime register writes (BMv2); slot_count of its "
-            "pool was not reset. If the pool was used since the pipeline push, pass "
-            "thrift_port or push the pipeline again.",
+            "job %d: the switch has no P4Runtime register writes (BMv2) and no thrift_port "
+            "was given: its pool (slots %d..%d) was NOT reset. This relies on a fresh "
+            "pipeline push, which zeroes every register; if the pool was used since, the "
+            "job's first chunks meet old slot state (STALE drops, or an old result answered "
+            "as a duplicate): pass thrift_port or push the pipeline again.",
             job.job_id,
+            job.pool_base,
+            job.pool_base + job.pool_size - 1,
         )
         return False
-    _thrift_zero("slot_count", range(first, first + n), thrift_port)
+    others = [j for j in list_jobs(conn).values() if j.job_id != job.job_id]
+    if others:  # only this job's cells: the other jobs' slots are live
+        commands = [f"register_write {COUNT_REGISTER} {i} 0" for i in cells]
+    else:
+        commands = [f"register_reset {r.name}" for r in REGISTERS]
+    run_thrift_cli(commands, thrift_port)
     return True
 
 
-def _thrift_zero(register: str, cells: range, thrift_port: int) -> None:
-    """Zero register cells through BMv2's Thrift runtime CLI (``simple_switch_CLI``)."""
+def thrift_cli_command(thrift_port: int) -> list[str]:
+    """The command line of BMv2's ``simple_switch_CLI`` for ``thrift_port``.
+
+    The CLI is a Python script that needs the ``thrift`` module, which a virtualenv rarely
+    has (Debian ships it as python3-thrift for /usr/bin/python3): run it with the first of
+    this interpreter, /usr/bin/python3 and the script's own ``python3`` that can import it.
+    """
     cli = shutil.which(SIMPLE_SWITCH_CLI)
     if cli is None:
-        raise RuntimeError(f"{SIMPLE_SWITCH_CLI} is not on PATH: cannot reset {register}")
-    commands = "".join(f"register_write {register} {i} 0\n" for i in cells)
+        raise RuntimeError(f"{SIMPLE_SWITCH_CLI} (BMv2's Thrift runtime CLI) is not on PATH")
+    python = _python_with_thrift()
+    if python is None:
+        raise RuntimeError(
+            f"{SIMPLE_SWITCH_CLI} needs the Python module 'thrift', which none of "
+            f"{', '.join(_PYTHONS)} has (Debian: apt-get install python3-thrift)"
+        )
+    return [python, cli, "--thrift-port", str(thrift_port)]
+
+
+_PYTHONS = (sys.executable, "/usr/bin/python3", "python3")
+
+
+@functools.lru_cache(maxsize=1)
+def _python_with_thrift() -> str | None:
+    for python in _PYTHONS:
+        path = shutil.which(python)
+        if path is None:
+            continue
+        probe = subprocess.run([path, "-c", "import thrift"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return path
+    return None
+
+
+def run_thrift_cli(commands: list[str], thrift_port: int, timeout: float = 60.0) -> str:
+    """Run ``commands`` in one ``simple_switch_CLI`` session; returns its output. Raises
+    `RuntimeError` if the CLI fails or reports an error for any command."""
+    cmd = thrift_cli_command(thrift_port)
     done = subprocess.run(
-        [cli, "--thrift-port", str(thrift_port)],
-        input=commands,
+        cmd,
+        input="".join(c + "\n" for c in commands),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
-    if done.returncode or "Error" in done.stdout:
+    errors = [
+        line
+        for line in done.stdout.splitlines()
+        if "Error" in line or "Invalid" in line or "Exception" in line
+    ]
+    if done.returncode or errors:
+        detail = "\n".join(errors[:5]) or (done.stdout + done.stderr)[-500:]
         raise RuntimeError(
-            f"{SIMPLE_SWITCH_CLI} --thrift-port {thrift_port} failed to reset {register}: "
-            f"{(done.stdout + done.stderr)[-500:]}"
+            f"{SIMPLE_SWITCH_CLI} --thrift-port {thrift_port} failed "
+            f"({len(commands)} commands, first {commands[0]!r}): {detail}"
         )
+    return done.stdout
 
 
 def install_job(
@@ -206,4 +267,11 @@ def remove_job(conn: SwitchConnection, job_id: int, missing_ok: bool = False) ->
     return job
 
 
-__all__ = ["install_job", "list_jobs", "remove_job", "reset_pool"]
+__all__ = [
+    "install_job",
+    "list_jobs",
+    "remove_job",
+    "reset_pool",
+    "run_thrift_cli",
+    "thrift_cli_command",
+]

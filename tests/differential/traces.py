@@ -1,0 +1,562 @@
+"""Named packet traces for the differential tests: lists of (ingress port, frame bytes).
+
+A trace is built from a `Topology` (the switch's INA address, and jobs whose workers have a
+MAC, an IP, a UDP port and a switch port) with scapy and `ina.scapy_layer`, and seeded: the
+same name and seed give the same bytes. Each trace also states a few counter values that it
+must produce on every target (``expect``), so that a trace cannot silently stop exercising
+what its name says.
+
+The default topology::
+
+    port 1  host 1 (10.0.0.1)  job 1 worker 0 (UDP 50000), job 3 worker 0 (UDP 50100)
+    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001)
+    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002)
+    port 4  host 4 (10.0.0.4)  job 2 worker 0 (UDP 51000), job 3 worker 1 (UDP 50101)
+
+    job 1: 3 workers, pool slots 5..8   (pool_size 4), job_index 2, multicast group 7
+    job 2: 1 worker,  pool slots 0..1   (pool_size 2), job_index 0, multicast group 8
+    job 3: 2 workers, pool slots 16..23 (pool_size 8), job_index 5, multicast group 9
+    forward_table: each host's MAC -> its port
+
+Add a trace by writing a function ``def name(b: TraceBuilder) -> dict[str, int]`` that sends
+frames through ``b`` and returns its expected counter packets, decorated with ``@trace``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scapy.layers.inet import ICMP, IP, UDP, IPOption
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+
+from ina.protocol import P4_LANES, UDP_PORT, Flag, Op
+from ina.scapy_layer import INA
+from ina.switch_model.tables import JobSpec, WorkerAddress
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+SEQ_MASK = 2**32 - 1
+NOPS = [IPOption(b"\x01\x01\x01\x01")]  # four IPv4 NOP options: ihl 6
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine on one switch port."""
+
+    name: str
+    mac: str
+    ip: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The switch's INA address, the hosts on its ports and the jobs they run."""
+
+    switch_mac: str
+    switch_ip: str
+    hosts: tuple[Host, ...]
+    jobs: tuple[JobSpec, ...]
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(sorted({h.port for h in self.hosts}))
+
+    def job(self, job_id: int) -> JobSpec:
+        return next(j for j in self.jobs if j.job_id == job_id)
+
+    def worker(self, job_id: int, worker_id: int) -> WorkerAddress:
+        return next(w for w in self.job(job_id).workers if w.worker_id == worker_id)
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def forward_entries(self) -> dict[str, int]:
+        """``forward_table``: every host's MAC -> its port."""
+        return {h.mac: h.port for h in self.hosts}
+
+
+def default_topology() -> Topology:
+    hosts = tuple(Host(f"h{i}", f"02:00:0a:00:00:{i:02x}", f"10.0.0.{i}", i) for i in range(1, 5))
+
+    def worker(job_id: int, worker_id: int, host: Host, udp_port: int) -> WorkerAddress:
+        return WorkerAddress(job_id, worker_id, host.ip, udp_port, host.mac, host.port)
+
+    h1, h2, h3, h4 = hosts
+    jobs = (
+        JobSpec(
+            job_id=1,
+            num_workers=3,
+            pool_base=5,
+            pool_size=4,
+            workers=tuple(worker(1, w, h, 50000 + w) for w, h in enumerate((h1, h2, h3))),
+            job_index=2,
+            mcast_grp=7,
+        ),
+        JobSpec(
+            job_id=2,
+            num_workers=1,
+            pool_base=0,
+            pool_size=2,
+            workers=(worker(2, 0, h4, 51000),),
+            job_index=0,
+            mcast_grp=8,
+        ),
+        JobSpec(
+            job_id=3,
+            num_workers=2,
+            pool_base=16,
+            pool_size=8,
+            workers=(worker(3, 0, h1, 50100), worker(3, 1, h4, 50101)),
+            job_index=5,
+            mcast_grp=9,
+        ),
+    )
+    return Topology("02:00:0a:00:00:fe", "10.0.0.254", hosts, jobs)
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    frames: tuple[tuple[int, bytes], ...]
+    expect: dict[str, int] = field(default_factory=dict)  # counter name -> packets
+
+
+class TraceBuilder:
+    """Builds one trace's frames; ``rng`` is seeded from the trace's name and the seed."""
+
+    def __init__(self, topo: Topology, rng: random.Random) -> None:
+        self.topo = topo
+        self.rng = rng
+        self.frames: list[tuple[int, bytes]] = []
+        self._ip_id = rng.randrange(1 << 16)
+
+    # -- values ------------------------------------------------------------------------
+
+    def lanes(self, kind: str = "random") -> list[int]:
+        """P4_LANES int32 values: ``random``, ``extreme`` (wrap-around material), ``bits``
+        (OR material: few bits set), ``small``."""
+        r = self.rng
+        if kind == "extreme":
+            pool = (0, 1, -1, I32_MAX, I32_MIN, I32_MAX - 1, I32_MIN + 1)
+            return [r.choice(pool) for _ in range(P4_LANES)]
+        if kind == "bits":
+            return [
+                _signed((1 << r.randrange(32)) | (1 << r.randrange(32))) for _ in range(P4_LANES)
+            ]
+        if kind == "small":
+            return [r.randrange(-1000, 1000) for _ in range(P4_LANES)]
+        return [r.randrange(I32_MIN, I32_MAX + 1) for _ in range(P4_LANES)]
+
+    # -- frames ------------------------------------------------------------------------
+
+    def ina(
+        self,
+        job_id: int,
+        worker_id: int,
+        seq: int,
+        lanes: list[int] | None = None,
+        op: int = Op.SUM,
+        retx: bool = False,
+        port: int | None = None,
+        sender: WorkerAddress | None = None,
+        **fields,
+    ) -> bytes:
+        """An INA request of a worker and append it. ``slot`` and the SHADOW flag follow
+        from ``seq`` and the job's pool unless given in ``fields`` (``slot=``, ``flags=``:
+        then used as they are); any other header field can be overridden the same way.
+        ``sender`` / ``port`` default to the worker's address (for a worker id the job does
+        not have, worker 0's)."""
+        spec = next((j for j in self.topo.jobs if j.job_id == job_id), self.topo.jobs[0])
+        if sender is None:
+            ids = {w.worker_id: w for w in spec.workers}
+            sender = ids.get(worker_id, spec.workers[0])
+        seq &= SEQ_MASK
+        ps = spec.pool_size
+        flags = fields.pop("flags", (Flag.SHADOW if seq & ps else 0) | (Flag.RETX if retx else 0))
+        header = {
+            "op": int(op),
+            "flags": int(flags),
+            "worker_id": worker_id,
+            "job_id": job_id,
+            "slot": fields.pop("slot", seq % ps),
+            "seq": seq,
+            "num_lanes": P4_LANES,
+            **fields,
+        }
+        pkt = (
+            self.ether_ip(sender)
+            / UDP(sport=sender.udp_port, dport=UDP_PORT)
+            / INA(lanes=self.lanes() if lanes is None else lanes, **header)
+        )
+        return self.frame(sender.port if port is None else port, bytes(pkt))
+
+    def ether_ip(self, sender: WorkerAddress | Host, dst_mac: str | None = None, **ip):
+        """Ether / IPv4 from ``sender`` to the switch's INA address (IP id counts up)."""
+        self._ip_id = (self._ip_id + 1) & 0xFFFF
+        ip = {"id": self._ip_id, "ttl": 64, "tos": self.rng.choice((0, 0, 0, 0x28)), **ip}
+        return Ether(src=sender.mac, dst=dst_mac or self.topo.switch_mac) / IP(
+            src=sender.ip, dst=self.topo.switch_ip, **ip
+        )
+
+    def frame(self, port: int, data) -> bytes:
+        """Append a frame (bytes or a scapy packet) received on ``port``; its bytes."""
+        data = bytes(data)
+        self.frames.append((port, data))
+        return data
+
+    def to_switch(self, sender: WorkerAddress, payload, **udp):
+        """Ether / IPv4 / UDP from ``sender`` to the switch's INA port, with ``payload``."""
+        return self.ether_ip(sender) / UDP(sport=sender.udp_port, dport=UDP_PORT, **udp) / payload
+
+    def round(
+        self, job_id: int, seq: int, op: int = Op.SUM, kind: str = "random", **fields
+    ) -> None:
+        """Every worker of the job contributes to ``seq``, in a random order."""
+        workers = [w.worker_id for w in self.topo.job(job_id).workers]
+        self.rng.shuffle(workers)
+        for w in workers:
+            self.ina(job_id, w, seq, self.lanes(kind), op=op, **fields)
+
+
+def _signed(v: int) -> int:
+    v &= SEQ_MASK
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+TraceFn = Callable[[TraceBuilder], dict[str, int]]
+TRACES: dict[str, TraceFn] = {}
+
+
+def trace(fn: TraceFn) -> TraceFn:
+    """Register a trace under its function's name."""
+    TRACES[fn.__name__] = fn
+    return fn
+
+
+def build(name: str, topo: Topology | None = None, seed: int = 0) -> Trace:
+    topo = topo or default_topology()
+    b = TraceBuilder(topo, random.Random(f"{seed}:{name}"))
+    expect = TRACES[name](b)
+    return Trace(name, tuple(b.frames), expect)
+
+
+def all_traces(topo: Topology | None = None, seed: int = 0) -> list[Trace]:
+    return [build(name, topo, seed) for name in TRACES]
+
+
+# -- the traces -------------------------------------------------------------------------------
+
+
+@trace
+def sum_rounds(b: TraceBuilder) -> dict[str, int]:
+    """Dense SUM rounds of job 1 through both shadow copies and into a second generation,
+    with random and wrap-around lanes."""
+    for seq in range(12):
+        b.round(1, seq, Op.SUM, kind="extreme" if seq % 3 == 0 else "random")
+    return {"packets_in": 36, "aggregated": 36, "results": 12, "result_packets": 36}
+
+
+@trace
+def or_rounds(b: TraceBuilder) -> dict[str, int]:
+    """OR rounds (index bitmaps of the compressed allreduce), job 3."""
+    for seq in range(10):
+        b.round(3, seq, Op.OR, kind="bits" if seq % 2 else "random")
+    return {"aggregated": 20, "results": 10, "result_packets": 20}
+
+
+@trace
+def max_rounds(b: TraceBuilder) -> dict[str, int]:
+    """MAX rounds: signed lanes (the scale round's ``[n, -n, exp...]``), and exp/level in
+    the header, which are MAX-combined whatever the op."""
+    for seq in range(8):
+        workers = [0, 1, 2]
+        b.rng.shuffle(workers)
+        for w in workers:
+            n = b.rng.randrange(1, 1 << 20)
+            lanes = [n, -n, *(b.rng.randrange(0, 256) for _ in range(P4_LANES - 2))]
+            if seq % 2:
+                lanes = b.lanes("extreme")
+            b.ina(1, w, seq, lanes, op=Op.MAX, exp=b.rng.randrange(256), level=b.rng.randrange(256))
+    return {"aggregated": 24, "results": 8}
+
+
+@trace
+def allreduce_rounds(b: TraceBuilder) -> dict[str, int]:
+    """The ops of one compressed allreduce on consecutive seqs (MAX scale, OR bitmap, SUM
+    sketch), with fewer lanes in use (num_lanes) on some."""
+    for seq, op in enumerate([Op.MAX, Op.OR, Op.SUM] * 3):
+        b.round(1, seq, op, kind="small", num_lanes=b.rng.randrange(1, P4_LANES + 1))
+    return {"aggregated": 27, "results": 9}
+
+
+@trace
+def retransmit_open_slot(b: TraceBuilder) -> dict[str, int]:
+    """Retransmissions into a slot that is still open: PENDING replies with the bitmap so
+    far and the packet's own lanes; a retransmission that was never counted contributes."""
+    a, c, d = b.lanes(), b.lanes(), b.lanes()
+    b.ina(1, 0, 0, a)
+    b.ina(1, 0, 0, a, retx=True)  # PENDING, bitmap 001
+    b.ina(1, 1, 0, c, retx=True)  # first copy of worker 1 that arrives: contributes
+    b.ina(1, 0, 0, a, retx=True)  # PENDING, bitmap 011
+    b.ina(1, 1, 0, c)  # a plain duplicate (no RETX flag): PENDING too
+    b.ina(1, 2, 0, d)  # completes: multicast
+    # the other copy of the slot, seq 4, same story with the SHADOW copy
+    b.ina(1, 2, 4, d)
+    b.ina(1, 2, 4, d, retx=True)
+    b.ina(1, 0, 4, a)
+    b.ina(1, 1, 4, c)
+    return {"aggregated": 6, "duplicates": 4, "pending_replies": 4, "results": 2}
+
+
+@trace
+def retransmit_completed_slot(b: TraceBuilder) -> dict[str, int]:
+    """Retransmissions into a completed slot get the stored result by unicast, also after
+    the sender's bit was cleared by the other copy (the others moved on), and from a port
+    that is not the worker's own (the reply leaves by the ingress port)."""
+    b.round(1, 0)
+    for w in (0, 1, 2):
+        b.ina(1, w, 0, retx=True)  # RESULT by unicast
+    b.ina(1, 0, 4)  # worker 0 moves on: clears its bit in seq 0's copy
+    b.ina(1, 1, 4)
+    b.ina(1, 0, 0, retx=True)  # complete: stored result even though its bit is clear
+    b.ina(1, 2, 0, retx=True, port=1)  # from port 1: the reply goes out of port 1
+    b.ina(1, 2, 4)  # completes seq 4
+    b.ina(1, 1, 4, retx=True)
+    return {"aggregated": 6, "duplicates": 6, "retx_replies": 6, "results": 2, "result_packets": 12}
+
+
+@trace
+def shadow_reuse(b: TraceBuilder) -> dict[str, int]:
+    """Workers at different speeds that keep the protocol's window (send seq + pool_size
+    only after the result of seq): both copies of every slot reused for six generations."""
+    spec = b.topo.job(1)
+    ps, last = spec.pool_size, 6 * spec.pool_size
+    nxt = {w.worker_id: 0 for w in spec.workers}
+    sent: dict[int, int] = {}  # seq -> contributions so far
+    while any(s < last for s in nxt.values()):
+        ready = [w for w, s in nxt.items() if s < last and (s < ps or sent.get(s - ps) == 3)]
+        w = b.rng.choice(ready)
+        s = nxt[w]
+        b.ina(1, w, s)
+        sent[s] = sent.get(s, 0) + 1
+        nxt[w] = s + 1
+        if b.rng.random() < 0.15:  # now and then a retransmission of the previous chunk
+            b.ina(1, w, max(0, s - 1), retx=True)
+    return {"aggregated": 3 * last, "results": last}
+
+
+@trace
+def stale_and_foreign_seq(b: TraceBuilder) -> dict[str, int]:
+    """Seqs that are not the copy's current or next generation are STALE; a seq from
+    another run (a random seq_start) is accepted only by a copy never used."""
+    for seq in range(8):  # both copies of each slot used once, then copy 0 again
+        b.round(1, seq)
+    b.round(1, 8)
+    b.ina(1, 0, 0)  # an old generation of copy 0 of slot 0 (now holds 8)
+    b.ina(1, 1, 0, retx=True)
+    b.ina(1, 2, 24)  # two generations ahead
+    b.ina(1, 0, 8 + 2**31)  # another run's seq: same slot and copy, wrong generation
+    b.ina(1, 1, 1 + 2**20 * 8)  # far future, consistent slot and shadow
+    b.ina(1, 2, 16)  # the next generation of copy 0 of slot 0: NEW
+    # job 3 has never been used: any consistent seq starts a copy
+    start = 2**31 + 3 * 16
+    b.ina(3, 0, start)
+    b.ina(3, 1, start)
+    b.ina(3, 0, start - 16)  # then older ones are stale
+    return {"drop_stale": 6, "results": 10, "aggregated": 30}
+
+
+@trace
+def malformed(b: TraceBuilder) -> dict[str, int]:
+    """Every MALFORMED kind: version, op, RESULT/PENDING flags, num_lanes, truncated and
+    over-long datagrams, a UDP length that disagrees; all dropped and counted."""
+    n = 0
+    for version in (0, 2, 255):
+        b.ina(1, 0, 0, version=version)
+        n += 1
+    for op in (0, 4, 255):
+        b.ina(1, 1, 0, op=op)
+        n += 1
+    for flags in (Flag.RESULT, Flag.PENDING, Flag.RESULT | Flag.PENDING | Flag.SHADOW):
+        b.ina(1, 2, 0, flags=flags)
+        n += 1
+    for num_lanes in (P4_LANES + 1, 0xFFFF):
+        b.ina(1, 0, 0, num_lanes=num_lanes)
+        n += 1
+    w = b.topo.worker(1, 1)
+    whole = bytes(INA(worker_id=1, job_id=1, seq=0, lanes=b.lanes()))
+    for cut in (0, 1, 19, 20, 21, len(whole) - 4, len(whole) - 1):  # truncated datagrams
+        b.frame(w.port, b.to_switch(w, Raw(whole[:cut])))
+        n += 1
+    for extra in (1, 4, 64):  # over-long datagrams (UDP length says so)
+        b.frame(w.port, b.to_switch(w, Raw(whole + bytes(extra))))
+        n += 1
+    for udp_len in (8, 8 + len(whole) - 4, 8 + len(whole) + 4, 0xFFFF):  # length field lies
+        b.frame(w.port, b.to_switch(w, Raw(whole), len=udp_len))
+        n += 1
+    b.ina(99, 0, 0, version=2)  # malformed wins over the unknown job
+    n += 1
+    b.round(1, 0)  # and the slot still works
+    return {"drop_malformed": n, "packets_in": n + 3, "results": 1}
+
+
+@trace
+def padded_frames(b: TraceBuilder) -> dict[str, int]:
+    """Bytes after the INA packet that the UDP length does not cover (Ethernet padding,
+    trailers) do not make it malformed; they leave with every copy of the reply."""
+    for i in range(3):
+        w = b.topo.worker(1, i)
+        pkt = b.to_switch(w, INA(worker_id=i, job_id=1, seq=0, lanes=b.lanes()))
+        b.frame(w.port, bytes(pkt) + bytes(range(i * 7 + 1)))
+    w = b.topo.worker(1, 1)
+    retx = b.to_switch(w, INA(worker_id=1, job_id=1, seq=0, flags=Flag.RETX, lanes=b.lanes()))
+    b.frame(w.port, bytes(retx) + b"\xaa" * 12)
+    return {"aggregated": 3, "results": 1, "retx_replies": 1}
+
+
+@trace
+def unknown_job(b: TraceBuilder) -> dict[str, int]:
+    """Jobs that are not installed (a job table miss) are dropped and counted."""
+    for job_id in (0, 4, 99, 0xFFFF):
+        b.ina(job_id, 0, 0, sender=b.topo.worker(1, 0))
+    b.ina(2, 0, 0)  # and an installed one still works
+    return {"drop_unknown_job": 4, "results": 1}
+
+
+@trace
+def bad_worker_and_slot(b: TraceBuilder) -> dict[str, int]:
+    """Worker ids >= num_workers (BAD_WORKER); slots >= pool_size, a slot or SHADOW copy that
+    is not the one of seq (BAD_SLOT)."""
+    for w in (3, 31, 32, 255):
+        b.ina(1, w, 0)
+    b.ina(2, 1, 0)  # the one-worker job has only worker 0
+    b.ina(1, 0, 0, slot=4)  # == pool_size
+    b.ina(1, 0, 0, slot=0xFFFF)
+    b.ina(1, 0, 1, slot=2)  # seq 1 lives in slot 1
+    b.ina(1, 0, 4, flags=0)  # seq 4 lives in the SHADOW copy
+    b.ina(1, 0, 0, flags=Flag.SHADOW)
+    b.ina(3, 1, 3, slot=3 + 8, flags=0)  # slot of the right seq but outside job 3's pool
+    b.ina(1, 5, 0, slot=9)  # a bad worker wins over a bad slot
+    b.round(1, 0)
+    return {"drop_bad_worker": 6, "drop_bad_slot": 6, "results": 1}
+
+
+@trace
+def one_worker_job(b: TraceBuilder) -> dict[str, int]:
+    """A one-worker job: every contribution completes its slot (a multicast with one
+    replica); seqs wrap around 2**32; retransmissions get the stored result back."""
+    start = 2**32 - 6
+    for i in range(12):
+        seq = start + i
+        b.ina(2, 0, seq, b.lanes("extreme" if i % 2 else "random"))
+        if i % 3 == 0:
+            b.ina(2, 0, seq, retx=True)
+    return {"aggregated": 12, "results": 12, "retx_replies": 4, "result_packets": 16}
+
+
+@trace
+def two_jobs_interleaved(b: TraceBuilder) -> dict[str, int]:
+    """Three jobs at once: host 1 and host 4 work for two jobs each (one worker_table entry
+    per job and worker; multicast groups that share ports)."""
+    order = [(1, s) for s in range(8)] + [(2, s) for s in range(6)] + [(3, s) for s in range(10)]
+    b.rng.shuffle(order)
+    for job_id, seq in sorted(order, key=lambda js: js[1]):
+        b.round(job_id, seq)
+    return {"results": 24, "aggregated": 8 * 3 + 6 + 10 * 2}
+
+
+@trace
+def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
+    """Everything that is not INA goes through forward_table on the destination MAC, as it
+    is; a miss (unknown MAC, broadcast, the switch's own MAC) drops it."""
+    h1, h2, h3, h4 = (b.topo.host(f"h{i}") for i in range(1, 5))
+    sw_mac, sw_ip = b.topo.switch_mac, b.topo.switch_ip
+
+    def eth(src: Host, dst: Host | str, **kw):
+        return Ether(src=src.mac, dst=dst if isinstance(dst, str) else dst.mac, **kw)
+
+    def udp(src: Host, dst: Host, sport: int, dport: int, **ip):
+        return eth(src, dst) / IP(src=src.ip, dst=dst.ip, **ip) / UDP(sport=sport, dport=dport)
+
+    b.frame(1, eth(h1, "ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=h1.mac, psrc=h1.ip, pdst=h2.ip))
+    b.frame(2, eth(h2, h1) / ARP(op=2, hwsrc=h2.mac, psrc=h2.ip, hwdst=h1.mac, pdst=h1.ip))
+    b.frame(1, eth(h1, h3) / IP(src=h1.ip, dst=h3.ip) / ICMP() / Raw(bytes(56)))
+    b.frame(2, udp(h2, h3, 40000, 40001) / Raw(b"hello"))
+    b.frame(3, udp(h3, h1, UDP_PORT, 40001) / Raw(b"from the INA port, to another: not INA"))
+    b.frame(4, udp(h4, h2, 40000, UDP_PORT, options=NOPS) / Raw(b"IPv4 options: not INA"))
+    # An INA packet to the switch, but IPv4 with options: not INA, so forward_table: miss
+    w = b.topo.worker(1, 0)
+    ina = INA(worker_id=0, job_id=1, seq=0, lanes=b.lanes())
+    with_options = IP(src=w.ip, dst=sw_ip, options=NOPS)
+    b.frame(1, eth(h1, sw_mac) / with_options / UDP(sport=w.udp_port, dport=UDP_PORT) / ina)
+    b.frame(1, eth(h1, h4) / IPv6(src="fd00::1", dst="fd00::4") / UDP(dport=UDP_PORT) / ina)
+    b.frame(3, eth(h3, h2, type=0x88B5) / Raw(b"local experimental ethertype"))
+    b.frame(2, eth(h2, "02:00:0a:00:00:77") / Raw(bytes(50)))  # nobody's MAC: miss
+    b.frame(3, bytes(udp(h3, h4, 40000, 40002))[: 14 + 10])  # a truncated IPv4 header
+    b.frame(4, eth(h4, h1) / IP(src=h4.ip, dst=h1.ip, proto=6) / Raw(bytes(20)))  # TCP
+    b.frame(2, eth(h2, sw_mac) / IP(src=h2.ip, dst=sw_ip) / UDP(sport=1, dport=2))  # miss
+    return {"packets_in": 0}
+
+
+@trace
+def random_mix(b: TraceBuilder) -> dict[str, int]:
+    """A seeded random mix over every job: mostly valid contributions near a moving window,
+    retransmissions and replays of earlier frames, and every kind of bad packet."""
+    base = {1: 0, 2: 2**32 - 10, 3: 2**31}
+    history: list[tuple[int, bytes]] = []
+    for _ in range(400):
+        r = b.rng.random()
+        if history and r < 0.12:
+            b.frame(*b.rng.choice(history))
+            continue
+        job_id = b.rng.choice((1, 1, 1, 2, 3, 3)) if b.rng.random() > 0.03 else 77
+        spec = b.topo.job(job_id) if job_id != 77 else b.topo.jobs[0]
+        ps = spec.pool_size
+        w = b.rng.randrange(spec.num_workers) if b.rng.random() > 0.03 else spec.num_workers
+        seq = base.get(job_id, 0) + b.rng.randrange(-2 * ps, 3 * ps)
+        fields: dict = {}
+        op = b.rng.choice((Op.SUM, Op.OR, Op.MAX))
+        m = b.rng.random()  # what, if anything, is wrong with this packet
+        if m < 0.03:
+            fields["slot"] = b.rng.choice(((seq + 1) % ps, ps + 1))
+        elif m < 0.06:
+            fields["flags"] = Flag.SHADOW if not seq & ps else 0
+        elif m < 0.08:
+            fields["version"] = 2
+        elif m < 0.10:
+            op = b.rng.choice((0, 4, 255))
+        elif m < 0.12:
+            fields["num_lanes"] = P4_LANES + 1
+        kind = b.rng.choice(("random", "extreme", "bits", "small"))
+        b.ina(
+            job_id,
+            w,
+            seq,
+            b.lanes(kind),
+            op=op,
+            retx=b.rng.random() < 0.2,
+            exp=b.rng.randrange(256),
+            level=b.rng.randrange(256),
+            **fields,
+        )
+        history.append(b.frames[-1])
+        if b.rng.random() < 0.25:  # the window moves on now and then
+            base[job_id] = base.get(job_id, 0) + 1
+    return {}
+
+
+__all__ = [
+    "TRACES",
+    "Host",
+    "Topology",
+    "Trace",
+    "TraceBuilder",
+    "all_traces",
+    "build",
+    "default_topology",
+    "trace",
+]
