@@ -48,8 +48,18 @@ def _load(cfg: WorkerConfig, values: int, rounds: int, start, q) -> None:
         q.put((cfg.worker_id, float("nan"), False, repr(e), 0.0))
 
 
-def measure(workers: int, lanes: int, values: int, rounds: int, pool: int = 256) -> dict:
+def default_pool(lanes: int, inflight_bytes: int = 256 * 1024) -> int:
+    """A window of about ``inflight_bytes`` per worker, a power of two in [8, 256].
+
+    A deeper window only queues at the switch: the queueing delay outgrows the timeout and
+    spurious retransmissions eat the switch's capacity."""
+    want = max(inflight_bytes // (20 + 4 * lanes), 8)
+    return min(1 << (want.bit_length() - 1), 256)
+
+
+def measure(workers: int, lanes: int, values: int, rounds: int, pool: int | None = None) -> dict:
     """One configuration: returns the row of the table."""
+    pool = pool or default_pool(lanes)
     jobs = local_jobs(workers, pool)
     with LocalSwitch(jobs, lanes=lanes, pool=max(pool, 1024), grpc=False) as sw:
         ctx = mp.get_context("spawn")
@@ -89,6 +99,7 @@ def measure(workers: int, lanes: int, values: int, rounds: int, pool: int = 256)
         "workers": workers,
         "lanes": lanes,
         "packet_bytes": 20 + 4 * lanes,
+        "pool": pool,
         "slots_per_s": slots / worst,
         "packets_in_per_s": slots * workers / worst,
         "gbit_s": slots * lanes * 4 * 8 / worst / 1e9,
@@ -101,15 +112,16 @@ def measure(workers: int, lanes: int, values: int, rounds: int, pool: int = 256)
 
 
 TABLE_HEAD = (
-    "| workers | lanes | packet B | slots/s | packets in/s | gradient Gbit/s | switch CPU "
+    "| workers | lanes | packet B | pool | slots/s | packets in/s | gradient Gbit/s | switch CPU "
     "| workers' CPU | retx | exact |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"
 )
 
 
 def row_md(r: dict) -> str:
     return (
-        f"| {r['workers']} | {r['lanes']} | {r['packet_bytes']} | {r['slots_per_s']:,.0f} "
+        f"| {r['workers']} | {r['lanes']} | {r['packet_bytes']} | {r['pool']} "
+        f"| {r['slots_per_s']:,.0f} "
         f"| {r['packets_in_per_s']:,.0f} | {r['gbit_s']:.3f} | {r['switch_cpu']:.2f} "
         f"| {r['worker_cpu']:.2f} | {r['retx']} | {'yes' if r['exact'] else 'NO'} |"
     )
