@@ -48,7 +48,7 @@ def _load(cfg: WorkerConfig, values: int, rounds: int, start, q) -> None:
         q.put((cfg.worker_id, float("nan"), False, repr(e), 0.0))
 
 
-def default_pool(lanes: int, inflight_bytes: int = 256 * 1024) -> int:
+def default_pool(lanes: int, inflight_bytes: int = 2 * 1024 * 1024) -> int:
     """A window of about ``inflight_bytes`` per worker, a power of two in [8, 256].
 
     A deeper window only queues at the switch: the queueing delay outgrows the timeout and
