@@ -11,7 +11,7 @@ TOPO      ?= single_4
 WORKLOAD  ?= none
 TOPO_ARGS ?=
 
-.PHONY: train run test bench p4 topo topo-stop lint format clean help
+.PHONY: train run test bench experiment p4 topo topo-stop lint format clean help
 
 help:
 	@echo "make train   train a model with gradients summed in a simulated switch (main job)"
@@ -43,6 +43,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m ina bench all
+
+# DC2 vs no compression vs fixed levels under low and high delay variation (runs/dc2);
+# EXPERIMENT_ARGS=--long for the long run.
+experiment: $(STAMP)
+	$(PY) -m ina experiment dc2 $(EXPERIMENT_ARGS)
 
 p4: $(STAMP)
 	$(PY) -m ina.p4build

@@ -4,7 +4,8 @@
     ina allreduce   N workers allreduce a tensor through a switch, checked exactly
     ina counters    read a switch's aggregation counters over P4Runtime (once or live)
     ina train       data-parallel training with gradients summed in the (simulated) switch
-    ina bench       benchmarks (switch throughput, compression)
+    ina bench       benchmarks (switch throughput, compression, BMv2)
+    ina experiment  experiments (dc2: time to accuracy under delay variation)
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
 this file only maps names to modules, importing a module when its command runs.
@@ -22,6 +23,7 @@ COMMANDS = {
     "counters": ("ina.control.counters_cli", "read a switch's counters over P4Runtime"),
     "train": ("ina.train.cli", "train a PyTorch model with gradients summed in the switch"),
     "bench": ("ina.bench.cli", "run benchmarks"),
+    "experiment": ("ina.experiments.cli", "run an experiment (dc2: delay-aware compression)"),
 }
 
 

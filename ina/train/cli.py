@@ -59,6 +59,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out", help="directory for config, metrics.csv, summary.json (default: a temporary one)"
     )
     g.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    g.add_argument(
+        "--step-log",
+        action="store_true",
+        help="rank 0 writes OUT/steps.csv (time, density, INA time of every step) and, with "
+        "dc2, OUT/dc2_rank0.csv (its controller's decision log)",
+    )
+    g.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also measure test accuracy every STEPS steps (into steps.csv; the time it takes "
+        "is left out of steps.csv's time_s)",
+    )
+    g.add_argument(
+        "--stop-at-acc",
+        type=float,
+        metavar="FRACTION",
+        help="with --eval-every: stop once an evaluation reaches this test accuracy",
+    )
     c = p.add_argument_group("communication")
     c.add_argument(
         "--backend",
@@ -70,12 +90,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
     c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
     c.add_argument(
+        "--law-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="dc2: a parameter of the law, repeatable (e.g. initial=0.1, min_density=0.01; "
+        "ina/control/dc2/laws.py)",
+    )
+    c.add_argument(
         "--warmup-steps", type=int, default=1, help="dense steps before compression starts"
     )
     c.add_argument(
         "--delay",
         default="none",
         help="link delay profile per worker (none, constant, low, high, trace:PATH)",
+    )
+    c.add_argument(
+        "--link-rate",
+        type=float,
+        metavar="MBIT",
+        help="rate of each worker's emulated up and down link, Mbit/s (default: unlimited)",
+    )
+    c.add_argument(
+        "--coding",
+        default="sketch",
+        choices=["sketch", "support"],
+        help="homomorphic/dc2: round-2 value coding (docs/compression.md)",
     )
     c.add_argument("--lanes", type=int, default=256, help="lanes per packet (switch's)")
     c.add_argument("--pool", type=int, default=128, help="slots in the job's pool (window)")
@@ -124,6 +164,18 @@ def validate(args: argparse.Namespace) -> None:
 
         if args.law not in LAWS:
             raise ValueError(f"unknown --law {args.law!r}; known: {sorted(LAWS)}")
+        try:
+            LAWS[args.law](**law_params(args.law_param))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--law {args.law} --law-param: {e}") from None
+    elif args.law_param:
+        raise ValueError("--law-param needs --compression dc2")
+    if args.eval_every < 0:
+        raise ValueError("--eval-every must be >= 0")
+    if args.stop_at_acc is not None and not (args.eval_every and 0 < args.stop_at_acc <= 1):
+        raise ValueError("--stop-at-acc needs --eval-every and a fraction in (0, 1]")
+    if args.link_rate is not None and not args.link_rate > 0:
+        raise ValueError(f"--link-rate must be > 0 Mbit/s, got {args.link_rate}")
     if args.backend == "gloo" and args.compression != "dense":
         raise ValueError("--compression needs --backend ina (gloo is the dense baseline)")
     if bool(args.switch) != bool(args.jobs):
@@ -141,6 +193,20 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("digits ships with scikit-learn: no --data-dir")
     if args.dataset != "digits" and not args.data_dir:
         raise ValueError(f"--dataset {args.dataset} needs --data-dir (nothing is downloaded)")
+
+
+def law_params(items: list[str]) -> dict[str, float | int]:
+    """``["initial=0.1", "cooldown_steps=1"]`` -> ``{"initial": 0.1, "cooldown_steps": 1}``."""
+    out: dict[str, float | int] = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--law-param takes NAME=VALUE, got {item!r}")
+        try:
+            out[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise ValueError(f"--law-param {item!r}: the value must be a number") from None
+    return out
 
 
 def ina_section(spec, switch: tuple[str, int], lanes: int, timeout: float) -> dict:
@@ -178,8 +244,14 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "compression": args.compression,
         "density": args.density,
         "law": args.law,
+        "law_params": law_params(args.law_param),
         "warmup_steps": args.warmup_steps,
         "delay": args.delay,
+        "link_rate_bps": None if args.link_rate is None else 1e6 * args.link_rate,
+        "coding": args.coding,
+        "step_log": args.step_log,
+        "eval_every": args.eval_every,
+        "stop_acc": args.stop_at_acc,
         "check_sync": args.check_sync,
         "dump_step": args.dump_step,
         "progress": not args.no_progress,
