@@ -470,6 +470,10 @@ def _ms(d: dict | None, key: str) -> str:
     return f"{1e3 * d[key]:.4g}" if d else ""
 
 
+def _fmt_pp(x: float, stopped: bool) -> str:
+    return "–" if stopped or math.isnan(x) else f"{x:+.2f} pp"
+
+
 def _fmt_s(t: float) -> str:
     return "not reached" if math.isnan(t) else f"{t:.1f} s"
 
@@ -539,7 +543,8 @@ def summary_markdown(rows: list[dict], args: argparse.Namespace, wall_s: float) 
                 f"| {label} | {_fmt_s(med['time_to_target_s'])}{spread} | "
                 f"{_fmt_x(med['speedup_vs_dense'], dense_censored)} | "
                 f"{_fmt_x(med['speedup_vs_best_fixed'])} | {100 * med['final_acc']:.2f} % | "
-                f"{med['final_acc_minus_dense_pp']:+.2f} pp | {med['mean_density']:.3g} | "
+                f"{_fmt_pp(med['final_acc_minus_dense_pp'], args.stop_at_target)} | "
+                f"{med['mean_density']:.3g} | "
                 f"{med['mb_sent_per_step']:.2f} | {med['step_s_mean']:.2f} |"
             )
         best = group[0]["best_fixed"]
@@ -741,7 +746,11 @@ def main(args: argparse.Namespace) -> int:
     write_results(rows, out / "results.csv")
     write_timeline(runs, out / "timeline.csv")
     pngs = plot(runs, args, out)
-    md = summary_markdown(rows, args, time.monotonic() - t0)
+    wall_file = out / "wall_seconds.txt"  # the training runs' wall time, kept for --replot
+    if not args.replot:
+        wall_file.write_text(f"{time.monotonic() - t0:.1f}\n")
+    wall = float(wall_file.read_text()) if wall_file.exists() else math.nan
+    md = summary_markdown(rows, args, wall)
     (out / "summary.md").write_text(md)
     print("\n" + md)
     print(f"written: {out / 'results.csv'}, {out / 'timeline.csv'}, {out / 'summary.md'}, "
