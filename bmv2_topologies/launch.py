@@ -61,6 +61,7 @@ except ImportError:  # run as a script: python bmv2_topologies/launch.py
     import topology  # type: ignore[no-redef]
 
 from ina.host.launch import free_tcp_port
+from ina.procs import stop_process
 from ina.protocol import HEADER_BYTES, P4_LANES, UDP_PORT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -571,13 +572,7 @@ class InaNetwork:
         p = self.switch_proc
         if p is None:
             return
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p)
         time.sleep(0.1)
         while not self._switch_lines.empty():
             line = self._switch_lines.get()
@@ -590,13 +585,7 @@ class InaNetwork:
     def stop(self) -> None:
         """Stop our processes (by PID), then the network (interfaces, namespaces)."""
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(3)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop_process(p, 3)
         self.procs = []
         self.stop_switch()
         if self.net is not None:

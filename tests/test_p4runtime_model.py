@@ -33,6 +33,7 @@ from ina.control.p4rt import (
 )
 from ina.p4 import entities
 from ina.p4info import build_p4info, p4info_differences, read_p4info, write_p4info
+from ina.procs import stop_process
 from ina.protocol import FRAME_OVERHEAD, MAX_WORKERS, Counter, Flag, Header, Op, encode_packet
 from ina.switch_model.p4runtime_server import start_server
 from ina.switch_model.pipeline import MULTICAST, Pipeline, lanes_of
@@ -658,12 +659,7 @@ def bmv2(tmp_path_factory):
     try:
         yield f"127.0.0.1:{grpc_port}", thrift_port, built
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 

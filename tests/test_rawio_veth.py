@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ina.procs import stop_process
 from ina.protocol import UDP_PORT, Flag, Header, encode_packet
 from ina.switch_model.frames import FramePipeline
 from ina.switch_model.pipeline import Pipeline
@@ -362,12 +363,7 @@ def bmv2(ports: dict[int, str], spec: JobSpec, n: int, logdir: Path):
     finally:
         if conn is not None:
             conn.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.mark.bmv2

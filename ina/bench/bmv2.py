@@ -53,6 +53,7 @@ from ina.control.counters import CounterSnapshot, read_counters
 from ina.control.jobs import install_job, list_jobs, remove_job
 from ina.control.p4rt import DELETE, SwitchConnection
 from ina.p4.entities import POOL_SLOTS
+from ina.procs import stop_process
 from ina.protocol import (
     HEADER_DTYPE,
     LANE_DTYPE,
@@ -305,13 +306,7 @@ class Bmv2Switch:
 
     def stop(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+            stop_process(self.proc)
             self.proc = None
         self._dir.cleanup()
 

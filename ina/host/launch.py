@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from ina.procs import stop_process
 from ina.switch_model.run import READY
 from ina.switch_model.tables import JobSpec, local_job, save_jobs
 
@@ -118,13 +118,7 @@ class LocalSwitch:
 
     def stop(self, timeout: float = 10.0) -> dict | None:
         """Stop the switch (SIGTERM, then SIGKILL); return its final counters."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self._reader.join(timeout=2)
         while not self._lines.empty():
             line = self._lines.get()

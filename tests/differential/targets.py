@@ -26,7 +26,6 @@ import functools
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from ina.control.counters import read_counters
 from ina.control.jobs import install_job
 from ina.control.p4rt import INSERT, SwitchConnection
 from ina.p4.entities import POOL_SLOTS
+from ina.procs import stop_process
 from ina.protocol import MAX_WORKERS, P4_LANES
 from ina.switch_model.frames import FramePipeline
 from ina.switch_model.pipeline import Pipeline
@@ -346,13 +346,7 @@ class ModelOnVeths(VethTarget):
         self.conn.push_pipeline()
 
     def _stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc.stdout.close()
         self._log.close()
 
