@@ -24,7 +24,8 @@ taken one per packet in admission order: the same seed and the same packets give
 release times, whether admitted one at a time (`admit`) or in arrays (`admit_batch`).
 
 Profiles (`make_link`): ``none`` (no delay), ``constant``, ``low`` (small Gaussian jitter),
-``high`` (lognormal tail plus on/off congestion episodes) and ``trace:PATH``.
+``high`` (lognormal tail plus on/off congestion episodes) and ``trace:PATH``. A profile name may
+carry its delay model's parameters: ``high:episode_on_s=5:episode_off_s=5``.
 """
 
 from __future__ import annotations
@@ -119,7 +120,13 @@ class HighVariationDelay(DelayModel):
     ``delay = base_s + LogNormal(median median_s, shape sigma)`` (mean ``median_s *
     exp(sigma^2 / 2)``), plus ``episode_delay_s`` while a congestion episode is on. Episodes
     alternate with quiet periods; both durations are exponential with means ``episode_on_s`` and
-    ``episode_off_s`` (an on/off Markov process), starting quiet at the first packet's time.
+    ``episode_off_s`` (an on/off Markov process), starting quiet at ``epoch`` (default: the
+    first packet's time).
+
+    By default every link draws its own episodes (congestion on one worker's access link).
+    With ``episode_seed >= 0`` the schedule comes from that seed instead, so every link given
+    the same ``episode_seed`` and ``epoch`` is congested at the same times: a shared bottleneck,
+    such as the switch's own ports, which all of an INA job's traffic crosses.
     """
 
     def __init__(
@@ -131,19 +138,25 @@ class HighVariationDelay(DelayModel):
         episode_delay_s: float = 20e-3,
         episode_on_s: float = 1.0,
         episode_off_s: float = 3.0,
+        episode_seed: float = -1,
+        epoch: float = math.nan,
     ) -> None:
         if min(base_s, median_s, sigma, episode_delay_s) < 0:
             raise ValueError("delays and sigma must be >= 0")
         if not (episode_on_s > 0 and episode_off_s > 0):
             raise ValueError("episode durations must be > 0")
+        if episode_seed >= 0 and episode_seed != int(episode_seed):
+            raise ValueError(f"episode_seed must be a whole number, got {episode_seed}")
         self.base_s, self.median_s, self.sigma = base_s, median_s, sigma
         self.episode_delay_s = episode_delay_s
         self.episode_on_s, self.episode_off_s = episode_on_s, episode_off_s
-        tail_seed, episode_seed = seed.spawn(2)
+        tail_seed, own_episode_seed = seed.spawn(2)
+        if episode_seed >= 0:
+            own_episode_seed = np.random.SeedSequence(int(episode_seed))
         self._normal = _Draws(np.random.default_rng(tail_seed), "normal")
-        self._episode_rng = np.random.default_rng(episode_seed)
+        self._episode_rng = np.random.default_rng(own_episode_seed)
         self._episodes: list[tuple[float, float]] = []  # (start, end), generated ahead of time
-        self._horizon = math.nan  # schedule known up to here
+        self._horizon = epoch  # schedule known up to here (NaN: starts at the first packet)
 
     def delays(self, times: np.ndarray) -> np.ndarray:
         tail = self.median_s * np.exp(self.sigma * self._normal.take(len(times)))
@@ -322,6 +335,32 @@ PROFILES: dict[str, Callable[..., DelayModel]] = {
 }
 
 
+def parse_profile(profile: str) -> tuple[str, dict]:
+    """``NAME[:PARAM=VALUE...]`` -> (name, parameters); ``trace:PATH`` -> ("trace", {path}).
+
+    Parameters are the keyword arguments of the profile's delay model, as floats:
+    ``high:episode_on_s=5:episode_off_s=5`` gives five-second episodes. They are checked by
+    `make_link` (an unknown name is a ValueError there).
+    """
+    name, _, rest = profile.partition(":")
+    if name not in PROFILES:
+        raise ValueError(f"unknown link profile {profile!r}; known: {sorted(PROFILES)}")
+    if name == "trace":
+        return name, ({"path": rest} if rest else {})  # a path may itself contain ':' or '='
+    params = {}
+    for item in (i for i in rest.split(":") if i):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq or not key:
+                raise ValueError
+            params[key] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"bad link profile parameter {item!r} in {profile!r}: use NAME=NUMBER"
+            ) from None
+    return name, params
+
+
 def make_link(
     profile: str = "none",
     seed: int = 0,
@@ -332,17 +371,15 @@ def make_link(
     **delay_params: float,
 ) -> LinkEmulator:
     """A link with the named delay profile (``none``, ``constant``, ``low``, ``high``,
-    ``trace:PATH``); ``delay_params`` override the profile's delay defaults.
+    ``trace:PATH``, each optionally with parameters as in `parse_profile`); ``delay_params``
+    override the profile's delay defaults and the parameters in ``profile``.
 
     Give each link its own seed: the delay and loss streams are derived from it.
     """
-    name, _, arg = profile.partition(":")
-    try:
-        factory = PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown link profile {profile!r}; known: {sorted(PROFILES)}") from None
+    name, spec_params = parse_profile(profile)
+    factory = PROFILES[name]
     delay_seed, loss_seed = np.random.SeedSequence(seed).spawn(2)
-    params = {"path": arg, **delay_params} if arg else delay_params
+    params = {**spec_params, **delay_params}
     try:
         delay = factory(delay_seed, **params)
     except TypeError as e:  # a parameter this profile does not have

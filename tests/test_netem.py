@@ -180,3 +180,41 @@ def test_bad_input_raises():
     with pytest.raises(ValueError):
         link.admit(1.0, -1)
     assert len(link.admit_batch([], 100)) == 0
+
+
+def test_profile_parameters_in_the_name():
+    from ina.netem import parse_profile
+
+    assert parse_profile("high:episode_on_s=5:episode_off_s=2.5") == (
+        "high",
+        {"episode_on_s": 5.0, "episode_off_s": 2.5},
+    )
+    assert parse_profile("low") == ("low", {})
+    assert parse_profile("trace:/tmp/a:b=c.txt") == ("trace", {"path": "/tmp/a:b=c.txt"})
+    for bad in ("high:episode_on_s", "high:=3", "high:episode_on_s=abc", "lossy:x=1"):
+        with pytest.raises(ValueError):
+            parse_profile(bad)
+    with pytest.raises(ValueError, match="bogus"):
+        make_link("high:bogus=1")
+    # The name's parameters act like keyword parameters; keywords win.
+    named = make_link("constant:delay_s=0.004").admit_batch(SPACED[:10], 100)
+    np.testing.assert_allclose(named - SPACED[:10], 0.004)
+    kw = make_link("constant:delay_s=0.004", delay_s=0.002).admit_batch(SPACED[:10], 100)
+    np.testing.assert_allclose(kw - SPACED[:10], 0.002)
+
+
+def test_shared_episodes_line_up_across_links():
+    times = np.arange(0, 600, 0.01) + 1000.0
+    own = [HighVariationDelay(np.random.SeedSequence(s)).in_episode(times) for s in (1, 2)]
+    assert not np.array_equal(own[0], own[1])  # per-link episodes: independent
+    shared = [
+        HighVariationDelay(np.random.SeedSequence(s), episode_seed=7, epoch=1000.0) for s in (1, 2)
+    ]
+    on = [d.in_episode(times) for d in shared]
+    np.testing.assert_array_equal(on[0], on[1])
+    assert 0.15 < on[0].mean() < 0.35  # on 1 s, off 3 s
+    # The schedule is anchored at the epoch, not at each link's first packet.
+    late = HighVariationDelay(np.random.SeedSequence(3), episode_seed=7, epoch=1000.0)
+    np.testing.assert_array_equal(late.in_episode(times[30000:]), on[0][30000:])
+    with pytest.raises(ValueError, match="whole"):
+        HighVariationDelay(np.random.SeedSequence(0), episode_seed=1.5)

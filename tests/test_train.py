@@ -304,6 +304,9 @@ def test_cli_rejects_inconsistent_options():
         (["--backend", "gloo", "--compression", "homomorphic"], "needs --backend ina"),
         (["--dataset", "mnist"], "needs --data-dir"),
         (["--compression", "homomorphic", "--density", "1"], "density"),
+        (["--delay", "lossy"], "--delay: unknown"),
+        (["--delay", "high:bogus=1"], "bogus"),
+        (["--delay", "high:episode_on_s=x"], "NAME=NUMBER"),
     ):
         with pytest.raises(ValueError, match=msg):
             cli.validate(parse(argv))

@@ -42,8 +42,15 @@ def _load(cfg: WorkerConfig, values: int, rounds: int, start, q) -> None:
             dt = time.perf_counter() - t0
             cpu = cpu_seconds(os.getpid()) - c0
         expect = np.arange(values, dtype=np.int32) * sum(range(1, cfg.num_workers + 1))
-        q.put((cfg.worker_id, dt, bool(np.array_equal(out, expect)), t.stats.retransmissions,
-               cpu / dt))
+        q.put(
+            (
+                cfg.worker_id,
+                dt,
+                bool(np.array_equal(out, expect)),
+                t.stats.retransmissions,
+                cpu / dt,
+            )
+        )
     except Exception as e:
         q.put((cfg.worker_id, float("nan"), False, repr(e), 0.0))
 

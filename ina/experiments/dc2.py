@@ -237,11 +237,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.profile_list = [s.strip() for s in args.profiles.split(",") if s.strip()]
     args.config_list = parse_configs(args.configs)
     args.dense_list = [s.strip() for s in args.dense_profiles.split(",") if s.strip()]
-    from ina.netem import PROFILES
+    from ina.netem import make_link
 
     for prof in args.profile_list:
-        if prof.partition(":")[0] not in PROFILES:
-            raise ValueError(f"unknown profile {prof!r}; known: {sorted(PROFILES)}")
+        make_link(prof)  # ValueError on an unknown profile or parameter
     if not 0 < args.target_acc <= 1:
         raise ValueError("--target-acc is a fraction in (0, 1]")
     if args.repeats < 1 or args.epochs < 1 or args.max_steps < 0 or args.eval_every < 1:

@@ -101,8 +101,15 @@ def make_ina_worker(config: dict, rank: int, world: int):
     rate = config.get("link_rate_bps")
     if delay != "none" or rate:  # this worker's up and down links (ina.netem), seeded per rank
         from ina.host.emulated_path import EmulatedPath
+        from ina.netem import parse_profile
 
-        link = EmulatedPath.from_profile(delay, seed=config["seed"], worker_id=rank, rate_bps=rate)
+        name, params = parse_profile(delay)
+        shared = name == "high" and params.get("episode_seed", -1) >= 0
+        # Shared episodes must line up on every worker: one schedule from the launch time.
+        extra = {"epoch": config["clock_epoch"]} if shared else {}
+        link = EmulatedPath.from_profile(
+            delay, seed=config["seed"], worker_id=rank, rate_bps=rate, **extra
+        )
     compression = config["compression"]
     kwargs: dict = {"link": link} if link is not None else {}
     controller = None
