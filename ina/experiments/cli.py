@@ -1,4 +1,4 @@
-"""`ina experiment {dc2}`: end-to-end experiments that write CSV, PNG plots and a summary."""
+"""`ina experiment {dc2,dc2-bound}`: end-to-end experiments that write CSV, PNG plots and a summary."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import importlib
 
 EXPERIMENTS = {
     "dc2": ("ina.experiments.dc2", "DC2 vs no compression vs fixed levels, time to accuracy"),
+    "dc2-bound": (
+        "ina.experiments.dc2_bound",
+        "the most any controller could gain over fixed levels on a profile (oracle)",
+    ),
 }
 
 

@@ -7,6 +7,8 @@ name works on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32):
   > 95 % on digits in seconds, communication is latency-bound (a few packets per step);
 - ``cnn``: two 3x3 convolutions and a 2x2 max-pool, then a hidden layer of 64 (about 35k
   parameters on digits);
+- ``mid_mlp``: hidden layers 512, 512 (about 300k parameters on digits, 1.2 MB of gradients):
+  a step is cheap on a quiet path and costly on a congested one, the regime DC2 is built for;
 - ``big_mlp``: hidden layers 2048, 1024, 1024 (about 3.3M parameters on digits, 13 MB of
   float32 gradients per step): communication dominates, for the compression experiments.
 """
@@ -42,6 +44,18 @@ def cnn(input_shape: Shape, num_classes: int) -> nn.Module:
     )
 
 
+def mid_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
+    c, h, w = input_shape
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(c * h * w, 512),
+        nn.ReLU(),
+        nn.Linear(512, 512),
+        nn.ReLU(),
+        nn.Linear(512, num_classes),
+    )
+
+
 def big_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
     c, h, w = input_shape
     return nn.Sequential(
@@ -59,6 +73,7 @@ def big_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
 MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
     "mlp": mlp,
     "cnn": cnn,
+    "mid_mlp": mid_mlp,
     "big_mlp": big_mlp,
 }
 
