@@ -22,11 +22,19 @@ from torch import nn
 Shape = tuple[int, int, int]
 
 
-def mlp(input_shape: Shape, num_classes: int, hidden: int = 128) -> nn.Module:
+def _mlp(input_shape: Shape, num_classes: int, hidden: tuple[int, ...]) -> nn.Module:
+    """Flatten, then Linear + ReLU per hidden width, then a Linear to the classes."""
     c, h, w = input_shape
-    return nn.Sequential(
-        nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
-    )
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = c * h * w
+    for out in hidden:
+        layers += [nn.Linear(width, out), nn.ReLU()]
+        width = out
+    return nn.Sequential(*layers, nn.Linear(width, num_classes))
+
+
+def mlp(input_shape: Shape, num_classes: int, hidden: int = 128) -> nn.Module:
+    return _mlp(input_shape, num_classes, (hidden,))
 
 
 def cnn(input_shape: Shape, num_classes: int) -> nn.Module:
@@ -45,29 +53,11 @@ def cnn(input_shape: Shape, num_classes: int) -> nn.Module:
 
 
 def mid_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
-    c, h, w = input_shape
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(c * h * w, 512),
-        nn.ReLU(),
-        nn.Linear(512, 512),
-        nn.ReLU(),
-        nn.Linear(512, num_classes),
-    )
+    return _mlp(input_shape, num_classes, (512, 512))
 
 
 def big_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
-    c, h, w = input_shape
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(c * h * w, 2048),
-        nn.ReLU(),
-        nn.Linear(2048, 1024),
-        nn.ReLU(),
-        nn.Linear(1024, 1024),
-        nn.ReLU(),
-        nn.Linear(1024, num_classes),
-    )
+    return _mlp(input_shape, num_classes, (2048, 1024, 1024))
 
 
 MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
