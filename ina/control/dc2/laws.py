@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from ina.control.dc2.monitor import DelayStats
+from ina.registry import registrar
 
 # The ladder. ``level`` is an 8-bit header field, so 256 rungs, log-spaced from dense (index 0)
 # to LADDER_MIN_DENSITY (index 255): density(i) = LADDER_MIN_DENSITY ** (i / 255). With 0.1 %
@@ -115,17 +115,8 @@ class ControlLaw(abc.ABC):
 LAWS: dict[str, type[ControlLaw]] = {}
 
 
-def register_law(name: str) -> Callable[[type[ControlLaw]], type[ControlLaw]]:
-    """Class decorator: make a law available to `make_law` under ``name``."""
-
-    def register(cls: type[ControlLaw]) -> type[ControlLaw]:
-        if name in LAWS:
-            raise ValueError(f"control law {name!r} registered twice")
-        cls.name = name
-        LAWS[name] = cls
-        return cls
-
-    return register
+register_law = registrar(LAWS, "control law")
+"""Class decorator: ``@register_law("name")`` makes a law available to `make_law`."""
 
 
 def make_law(name: str, **params: float) -> ControlLaw:

@@ -28,11 +28,12 @@ from __future__ import annotations
 import abc
 import math
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+
+from ina.registry import registrar
 
 
 def num_kept(numel: int, density: float) -> int:
@@ -69,17 +70,8 @@ class Sparsifier(abc.ABC):
 SPARSIFIERS: dict[str, type[Sparsifier]] = {}
 
 
-def register(name: str) -> Callable[[type[Sparsifier]], type[Sparsifier]]:
-    """Class decorator: make a sparsifier available under ``name``."""
-
-    def deco(cls: type[Sparsifier]) -> type[Sparsifier]:
-        if name in SPARSIFIERS:
-            raise ValueError(f"sparsifier {name!r} registered twice")
-        cls.name = name
-        SPARSIFIERS[name] = cls
-        return cls
-
-    return deco
+register = registrar(SPARSIFIERS, "sparsifier")
+"""Class decorator: ``@register("name")`` makes a sparsifier available under ``name``."""
 
 
 def make_sparsifier(name: str, **kwargs) -> Sparsifier:
