@@ -54,10 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ina.host.compression import bitmap, sketch
+from ina.host.rounds import Reduce, Round, Steps, plain, run_blocking
 from ina.protocol import LANE_BYTES, Op
-
-Reduce = Callable[..., tuple[np.ndarray, int, int]]
-"""``reduce(values, op, exp=0, level=0) -> (values, exp, level)``: exact allreduce of int32 lanes."""
 
 
 @dataclass(frozen=True)
@@ -167,27 +165,23 @@ class HomomorphicStats:
         self.repaired_positions += result.repaired
 
 
-def _reduce_checked(
-    reduce: Reduce, lanes: np.ndarray, op: Op, exp: int, level: int
-) -> tuple[np.ndarray, int, int]:
-    """Call the transport and check that it returned as many lanes as were sent."""
-    out, exp_max, level_max = reduce(lanes, op, exp, level)
-    out = np.asarray(out)
-    if out.shape != lanes.shape:
-        raise RuntimeError(f"{op.name} round sent {lanes.size} lanes but got {out.shape} back")
-    return out.astype(np.int32, copy=False), int(exp_max), int(level_max)
-
-
-def repair(
-    values: np.ndarray, positions: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
-) -> np.ndarray:
+def repair_steps(
+    values: np.ndarray, positions: np.ndarray, exp: int = 0, level: int = 0
+) -> Steps[np.ndarray]:
     """Exact sums at ``positions`` by one dense SUM round of this worker's ``values`` there.
 
     Every worker must call it with the same ``positions`` (they do: peeling is deterministic).
     """
     lanes = np.ascontiguousarray(values[positions], np.int32)
-    summed, _, _ = _reduce_checked(reduce, lanes, Op.SUM, exp, level)
-    return summed
+    summed = yield Round(lanes, Op.SUM, exp, level)
+    return summed.values
+
+
+def repair(
+    values: np.ndarray, positions: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
+) -> np.ndarray:
+    """`repair_steps` with a blocking ``reduce`` callable."""
+    return run_blocking(repair_steps(values, positions, exp, level), plain(reduce))
 
 
 @dataclass(frozen=True)
@@ -201,21 +195,21 @@ class _Round2:
     passes: int = 0
 
 
-def _code_support(cfg: HomomorphicConfig, vals, support, reduce, salt) -> _Round2:
+def _code_support(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
     """Round 2 as plain lanes: this worker's values at the union positions, summed."""
-    sums, _, _ = _reduce_checked(reduce, vals, Op.SUM, support.exp, support.level)
-    return _Round2(sums, "support", vals.size)
+    sums = yield Round(vals, Op.SUM, support.exp, support.level)
+    return _Round2(sums.values, "support", vals.size)
 
 
-def _code_sketch(cfg: HomomorphicConfig, vals, support, reduce, salt) -> _Round2:
+def _code_sketch(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
     """Round 2 as a count sketch, peeled, with a repair round for whatever does not peel."""
     spec = cfg.sketch_spec(support.nnz, salt)
     if spec.cells >= support.n:  # no smaller than dense: the support lanes are cheaper still
-        return _code_support(cfg, vals, support, reduce, salt)
+        return (yield from _code_support(cfg, vals, support, salt))
     cells = sketch.hash_cells(support.positions, spec)
     lanes = sketch.encode(vals, cells, spec)
-    summed, _, _ = _reduce_checked(reduce, lanes, Op.SUM, support.exp, support.level)
-    peeled = sketch.peel(summed, cells)
+    summed = yield Round(lanes, Op.SUM, support.exp, support.level)
+    peeled = sketch.peel(summed.values, cells)
     if not peeled.consistent:
         raise RuntimeError(
             "summed sketch is inconsistent with the union support: a worker used other "
@@ -224,17 +218,22 @@ def _code_sketch(cfg: HomomorphicConfig, vals, support, reduce, salt) -> _Round2
     sums = peeled.values
     undecoded = peeled.undecoded
     if undecoded.size:
-        sums[undecoded] = repair(vals, undecoded, reduce, support.exp, support.level)
+        sums[undecoded] = yield from repair_steps(vals, undecoded, support.exp, support.level)
     return _Round2(sums, "sketch", spec.cells, int(undecoded.size), peeled.passes)
 
 
-CODINGS: dict[str, Callable[..., _Round2]] = {"sketch": _code_sketch, "support": _code_support}
+CODINGS: dict[str, Callable[..., Steps[_Round2]]] = {
+    "sketch": _code_sketch,
+    "support": _code_support,
+}
 
 
 class HomomorphicAllreduce:
     """Two-round exact compressed allreduce of int32 buckets (see the module docstring).
 
-    One instance per worker (or per worker and bucket stream); ``stats`` accumulates.
+    One instance per worker (or per worker and bucket stream); ``stats`` accumulates. Each
+    protocol step exists as a generator of rounds (``*_steps``, `ina.host.rounds`) and as a
+    blocking call taking a ``reduce`` callable.
     """
 
     def __init__(self, config: HomomorphicConfig | None = None) -> None:
@@ -243,18 +242,28 @@ class HomomorphicAllreduce:
         # stats
         self.stats = HomomorphicStats()
 
-    def agree_support(
-        self, mask: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
-    ) -> Support:
+    def agree_support_steps(self, mask: np.ndarray, exp: int = 0, level: int = 0) -> Steps[Support]:
         """Round 1: OR the workers' non-zero bitmaps; MAX-combine ``exp`` and ``level``."""
         mask = np.asarray(mask)
         words = bitmap.pack(mask)
-        union, exp_max, level_max = _reduce_checked(reduce, words, Op.OR, exp, level)
-        return Support(mask.size, union, bitmap.positions(union, mask.size), exp_max, level_max)
+        union = yield Round(words, Op.OR, exp, level)
+        return Support(
+            mask.size,
+            union.values,
+            bitmap.positions(union.values, mask.size),
+            union.exp,
+            union.level,
+        )
 
-    def reduce_values(
-        self, values: np.ndarray, support: Support, reduce: Reduce, salt: int = 0
-    ) -> AllreduceResult:
+    def agree_support(
+        self, mask: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
+    ) -> Support:
+        """`agree_support_steps` with a blocking ``reduce`` callable."""
+        return run_blocking(self.agree_support_steps(mask, exp, level), plain(reduce))
+
+    def reduce_values_steps(
+        self, values: np.ndarray, support: Support, salt: int = 0
+    ) -> Steps[AllreduceResult]:
         """Round 2 (and the repair round if needed): the exact int32 sum on the support.
 
         ``values`` is this worker's dense int32 bucket; it must be zero off ``support``.
@@ -270,7 +279,7 @@ class HomomorphicAllreduce:
             raise ValueError("values has non-zeros outside the agreed support (round-1 mask)")
         out = np.zeros(support.n, np.int32)
         if support.nnz:
-            r2 = CODINGS[self.config.coding](self.config, vals, support, reduce, salt)
+            r2 = yield from CODINGS[self.config.coding](self.config, vals, support, salt)
             out[support.positions] = r2.sums
         else:  # every worker sees the empty union: nothing to send
             r2 = _Round2(np.zeros(0, np.int32), "none", 0)
@@ -289,6 +298,22 @@ class HomomorphicAllreduce:
         self.stats.fallbacks += r2.coding != self.config.coding and r2.coding != "none"
         return result
 
+    def reduce_values(
+        self, values: np.ndarray, support: Support, reduce: Reduce, salt: int = 0
+    ) -> AllreduceResult:
+        """`reduce_values_steps` with a blocking ``reduce`` callable."""
+        return run_blocking(self.reduce_values_steps(values, support, salt), plain(reduce))
+
+    def allreduce_int_steps(
+        self, values: np.ndarray, exp: int = 0, level: int = 0, salt: int = 0
+    ) -> Steps[AllreduceResult]:
+        """Both rounds for values already in int32: support = ``values != 0``."""
+        values = np.asarray(values)
+        if values.dtype != np.int32 or values.ndim != 1:
+            raise ValueError(f"values must be 1-D int32, got {values.dtype} {values.shape}")
+        support = yield from self.agree_support_steps(values != 0, exp, level)
+        return (yield from self.reduce_values_steps(values, support, salt))
+
     def allreduce_int(
         self,
         values: np.ndarray,
@@ -297,12 +322,8 @@ class HomomorphicAllreduce:
         level: int = 0,
         salt: int = 0,
     ) -> AllreduceResult:
-        """Both rounds for values already in int32: support = ``values != 0``."""
-        values = np.asarray(values)
-        if values.dtype != np.int32 or values.ndim != 1:
-            raise ValueError(f"values must be 1-D int32, got {values.dtype} {values.shape}")
-        support = self.agree_support(values != 0, reduce, exp, level)
-        return self.reduce_values(values, support, reduce, salt)
+        """`allreduce_int_steps` with a blocking ``reduce`` callable."""
+        return run_blocking(self.allreduce_int_steps(values, exp, level, salt), plain(reduce))
 
 
 # --- an in-process model of the switch, for tests and benchmarks ---------------------------
