@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ina.host.transport import WorkerConfig, run_seq_start
+from ina.host.transport import WorkerConfig
 from ina.switch_model.tables import JobSpec, load_jobs
 
 
@@ -79,11 +79,8 @@ def worker_configs(
     switch: tuple[str, int],
     lanes: int,
     timeout: float,
-    seq_start: int | None = None,
 ) -> list[WorkerConfig]:
-    """Configs of every worker of ``spec``; one random ``seq_start`` for the run if None."""
-    if seq_start is None:
-        seq_start = run_seq_start(spec.pool_size)
+    """Configs of every worker of ``spec`` (they join a fresh run of the job on first use)."""
     return [
         WorkerConfig(
             job_id=spec.job_id,
@@ -94,7 +91,6 @@ def worker_configs(
             pool_size=spec.pool_size,
             lanes=lanes,
             timeout=timeout,
-            seq_start=seq_start,
         )
         for w in spec.workers
     ]
@@ -150,12 +146,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help="IP:PORT of a running switch (default: start a model)")
     p.add_argument("--jobs", help="jobs file describing the job (with --switch)")
     p.add_argument("--worker-id", type=int, help="with --switch: run only this worker")
-    p.add_argument(
-        "--seq-start",
-        type=int,
-        help="first sequence number, the same for every worker of the run (default: random; "
-        "give one when workers start separately, e.g. one per Mininet host)",
-    )
 
 
 def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
@@ -190,9 +180,7 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit("--switch needs --jobs (the job's workers and pool)")
         host, port = args.switch.rsplit(":", 1)
         spec = load_jobs(args.jobs)[0]
-        if args.worker_id is not None and args.seq_start is None:
-            raise SystemExit("--worker-id needs --seq-start (all workers of a run share it)")
-        cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout, args.seq_start)
+        cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout)
         if args.worker_id is not None:
             cfgs = [c for c in cfgs if c.worker_id == args.worker_id]
         reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)

@@ -18,6 +18,7 @@ P4Runtime entity                      switch model state
 multicast group entries               ``Tables.mcast_groups[group] = [(port, instance)]``
 ``ina_stats``, ``worker_contributions``  ``Pipeline.counters.stats`` / ``.workers``
 ``slot_*`` registers                  ``Pipeline.registers`` (``slot_lane_i`` = lane i)
+``job_epoch``, ``join_*`` registers   ``Pipeline.runs`` (JoinRun)
 ====================================  =====================================================
 
 Behaviour follows the P4Runtime specification; where the specification leaves a choice, the
@@ -556,6 +557,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         t.workers.clear()
         t.mcast_groups.clear()
         self.pipeline.registers.reset()
+        self.pipeline.runs.reset_all()
         self.pipeline.counters.reset()
         self._forward.clear()
         self._job_drops.clear()
@@ -879,13 +881,17 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         r = self._schema.registers.get(register_id)
         if r is None or register_id not in self._lane_of:
             raise _fail(SC.INVALID_ARGUMENT, f"unknown register id {register_id:#x}")
-        size = min(r.size, 2 * self.pipeline.pool_total)
-        return r, self._lane_of[register_id], size
+        lane = self._lane_of[register_id]
+        if lane is None:  # the model's pool may be smaller than the program's
+            size = min(r.size, len(self.pipeline.register_cells(r.preamble.name)))
+        else:
+            size = min(r.size, 2 * self.pipeline.pool_total)
+        return r, lane, size
 
     def _register_get(self, lane: int | None, name: str, i: int, bits: int) -> int:
         regs = self.pipeline.registers
         if lane is None:
-            return getattr(regs, name.removeprefix("slot_"))[i] & ((1 << bits) - 1)
+            return self.pipeline.register_cells(name)[i] & ((1 << bits) - 1)
         if lane >= regs.lanes:
             return 0
         return int(regs.values[i, lane]) & ((1 << bits) - 1)
@@ -901,7 +907,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         value = decode_uint(re.data.bitstring, bits, name)
         regs = self.pipeline.registers
         if lane is None:
-            cells = getattr(regs, name.removeprefix("slot_"))
+            cells = self.pipeline.register_cells(name)
             for i in idx:
                 cells[i] = value
         elif lane >= regs.lanes:
