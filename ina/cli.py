@@ -6,6 +6,7 @@
     ina train       data-parallel training with gradients summed in the (simulated) switch
     ina bench       benchmarks (switch throughput, compression, BMv2)
     ina experiment  experiments (dc2: time to accuracy under delay variation)
+    ina sim         the virtual-time simulator (allreduce, validate)
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
 this file only maps names to modules, importing a module when its command runs.
@@ -24,6 +25,7 @@ COMMANDS = {
     "train": ("ina.train.cli", "train a PyTorch model with gradients summed in the switch"),
     "bench": ("ina.bench.cli", "run benchmarks"),
     "experiment": ("ina.experiments.cli", "run an experiment (dc2: delay-aware compression)"),
+    "sim": ("ina.sim.cli", "simulate in virtual time (allreduce, validate)"),
 }
 
 

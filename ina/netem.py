@@ -5,6 +5,7 @@ The worker transport asks a `LinkEmulator` when each packet may be delivered::
 
     link = make_link("high", seed=7, rate_bps=1e9, loss=0.001)
     release = link.admit(now, nbytes)   # absolute time in the caller's clock, or None: dropped
+    releases = link.admit_batch(times, sizes)   # the same for many packets; NaN: dropped
 
 A packet goes through three stages, in this order:
 
@@ -12,7 +13,9 @@ A packet goes through three stages, in this order:
    dropped packet takes no link time).
 2. **Serialization queue**: with ``rate_bps`` set, the link sends one packet at a time:
    ``departure = max(now, link_free_at) + nbytes * 8 / rate_bps``. Queueing delay therefore
-   grows with the offered load: the signal DC2 reacts to.
+   grows with the offered load: the signal DC2 reacts to. With ``buffer_bytes`` the queue is
+   finite and a packet that does not fit is dropped (tail drop); with a `CapacityModel`
+   cross traffic takes a share of the rate for a while (episodes, or a replayed trace).
 3. **Propagation delay** from the link's `DelayModel` (constant, low or high variation, or a
    replayed trace): ``release = departure + delay``. Links are FIFO: unless built with
    ``reorder=True``, a packet never leaves before the one admitted ahead of it (``release`` is
@@ -63,13 +66,6 @@ class _Draws:
             parts.append(part)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def take1(self) -> float:
-        """The next draw (the per-packet path: no array allocation)."""
-        if self._pos == len(self._buf):
-            self._buf, self._pos = self._fill(_BLOCK), 0
-        self._pos += 1
-        return float(self._buf[self._pos - 1])
-
 
 class DelayModel(abc.ABC):
     """Propagation delay of each packet, in seconds, given the packets' admission times."""
@@ -78,9 +74,24 @@ class DelayModel(abc.ABC):
     def delays(self, times: np.ndarray) -> np.ndarray:
         """One delay per packet; ``times`` are nondecreasing admission times in seconds."""
 
-    def delay1(self, now: float) -> float:
-        """The delay of one packet admitted at ``now``; same stream as `delays`."""
-        return float(self.delays(np.array([now]))[0])
+    def min_delay(self) -> float:
+        """A lower bound of every delay this model gives (the simulator's lookahead)."""
+        return 0.0
+
+
+class OffsetDelay(DelayModel):
+    """Another model's delays plus a fixed ``offset_s`` (e.g. a propagation delay)."""
+
+    def __init__(self, inner: DelayModel, offset_s: float) -> None:
+        if not offset_s >= 0:
+            raise ValueError(f"offset_s must be >= 0, got {offset_s}")
+        self.inner, self.offset_s = inner, offset_s
+
+    def delays(self, times: np.ndarray) -> np.ndarray:
+        return self.inner.delays(times) + self.offset_s
+
+    def min_delay(self) -> float:
+        return self.inner.min_delay() + self.offset_s
 
 
 class ConstantDelay(DelayModel):
@@ -94,7 +105,7 @@ class ConstantDelay(DelayModel):
     def delays(self, times: np.ndarray) -> np.ndarray:
         return np.full(len(times), self.delay_s)
 
-    def delay1(self, now: float) -> float:
+    def min_delay(self) -> float:
         return self.delay_s
 
 
@@ -109,9 +120,6 @@ class LowVariationDelay(DelayModel):
 
     def delays(self, times: np.ndarray) -> np.ndarray:
         return np.maximum(self.base_s + self.jitter_s * self._normal.take(len(times)), 0.0)
-
-    def delay1(self, now: float) -> float:
-        return max(self.base_s + self.jitter_s * self._normal.take1(), 0.0)
 
 
 class HighVariationDelay(DelayModel):
@@ -162,11 +170,8 @@ class HighVariationDelay(DelayModel):
         tail = self.median_s * np.exp(self.sigma * self._normal.take(len(times)))
         return self.base_s + tail + self.episode_delay_s * self.in_episode(times)
 
-    def delay1(self, now: float) -> float:
-        tail = self.median_s * math.exp(self.sigma * self._normal.take1())
-        self._schedule(now, now)
-        on = any(start <= now < end for start, end in self._episodes)
-        return self.base_s + tail + self.episode_delay_s * on
+    def min_delay(self) -> float:
+        return self.base_s
 
     def _schedule(self, first: float, last: float) -> None:
         """Make the episode list cover [first, last]: extend it ahead, forget finished ones."""
@@ -200,22 +205,118 @@ class TraceDelay(DelayModel):
         if len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError(f"{path}: a delay trace needs one finite delay >= 0 (ms) per line")
         self.delays_s = values / 1000
-        self._list = self.delays_s.tolist()  # the per-packet path indexes a list: cheaper
         self._pos = 0
+
+    def min_delay(self) -> float:
+        return float(self.delays_s.min())
 
     def delays(self, times: np.ndarray) -> np.ndarray:
         idx = (self._pos + np.arange(len(times))) % len(self.delays_s)
         self._pos = (self._pos + len(times)) % len(self.delays_s)
         return self.delays_s[idx]
 
-    def delay1(self, now: float) -> float:
-        value = self._list[self._pos]
-        self._pos = (self._pos + 1) % len(self._list)
-        return value
+
+class CapacityModel(abc.ABC):
+    """The share of a link's rate left to our traffic over time (cross traffic takes the
+    rest): 1.0 is the whole link."""
+
+    @abc.abstractmethod
+    def share(self, times: np.ndarray) -> np.ndarray:
+        """The share at each of the nondecreasing ``times``, in (0, 1]."""
+
+    def constant_over(self, first: float, last: float) -> float | None:
+        """The share if it is the same at every time in [first, last], else None."""
+        return None
+
+
+class CapacityEpisodes(CapacityModel):
+    """Cross traffic in on/off episodes: while an episode is on, our traffic gets only
+    ``share`` of the link. Durations are exponential with means ``on_s`` and ``off_s`` (or
+    exactly those with ``fixed=True``: a square wave of duty cycle ``on_s / (on_s + off_s)``),
+    starting quiet at ``epoch``. Links given the same ``seed`` and ``epoch`` share one
+    schedule: a bottleneck every worker's traffic crosses."""
+
+    def __init__(
+        self,
+        share: float = 0.1,
+        on_s: float = 1.0,
+        off_s: float = 3.0,
+        seed: int = 0,
+        epoch: float = 0.0,
+        fixed: bool = False,
+    ) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"capacity share must be in (0, 1], got {share}")
+        if not (on_s > 0 and off_s > 0):
+            raise ValueError("capacity episode durations must be > 0")
+        self.share_on, self.on_s, self.off_s, self.fixed = share, on_s, off_s, fixed
+        self._rng = np.random.default_rng(np.random.SeedSequence([0xCA9, int(seed)]))
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._horizon = epoch
+
+    def _draw(self, mean: float) -> float:
+        return mean if self.fixed else float(self._rng.exponential(mean))
+
+    def episodes_until(self, last: float) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end times of every episode that begins before ``last``."""
+        while self._horizon <= last:
+            start = self._horizon + self._draw(self.off_s)
+            self._horizon = start + self._draw(self.on_s)
+            self._starts.append(start)
+            self._ends.append(self._horizon)
+        return np.array(self._starts), np.array(self._ends)
+
+    def share(self, times: np.ndarray) -> np.ndarray:
+        times = np.asarray(times, dtype=np.float64)
+        if times.size == 0:
+            return np.ones(0)
+        starts, ends = self.episodes_until(float(times.max()))
+        idx = np.searchsorted(starts, times, side="right") - 1
+        on = (idx >= 0) & (times < ends[np.maximum(idx, 0)])
+        return np.where(on, self.share_on, 1.0)
+
+    def constant_over(self, first: float, last: float) -> float | None:
+        s = self.share(np.array([first, last]))
+        starts, ends = self.episodes_until(last)
+        inside = np.any((starts > first) & (starts <= last)) or np.any(
+            (ends > first) & (ends <= last)
+        )
+        return None if inside else float(s[0])
+
+
+class CapacityTrace(CapacityModel):
+    """Replays a capacity trace: lines ``TIME_S SHARE`` (``#`` comments allowed), times
+    increasing from 0, the share holding until the next line; looped after the last line
+    (whose time is the period)."""
+
+    def __init__(self, path: str | Path) -> None:
+        rows = []
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            line = line.partition("#")[0].strip()
+            if not line:
+                continue
+            parts = line.replace(",", " ").split()
+            try:
+                t, share = float(parts[0]), float(parts[1])
+            except (ValueError, IndexError):
+                raise ValueError(f"{path}:{n}: need 'TIME_S SHARE', got {line!r}") from None
+            rows.append((t, share))
+        if len(rows) < 2:
+            raise ValueError(f"{path}: a capacity trace needs at least two lines")
+        t, share = np.array(rows).T
+        if t[0] != 0 or np.any(np.diff(t) <= 0) or np.any((share[:-1] <= 0) | (share[:-1] > 1)):
+            raise ValueError(f"{path}: times must rise from 0 and shares be in (0, 1]")
+        self.times, self.shares, self.period = t[:-1], share[:-1], float(t[-1])
+
+    def share(self, times: np.ndarray) -> np.ndarray:
+        phase = np.mod(np.asarray(times, dtype=np.float64), self.period)
+        return self.shares[np.searchsorted(self.times, phase, side="right") - 1]
 
 
 class LinkEmulator:
-    """One direction of one link: loss, serialization at ``rate_bps``, delay; FIFO by default.
+    """One direction of one link: loss, a FIFO queue served at ``rate_bps`` (or the share of
+    it that ``capacity`` leaves), then delay; FIFO delivery by default.
 
     Args:
         delay: the propagation delay model (default: none).
@@ -223,6 +324,9 @@ class LinkEmulator:
         loss: probability that a packet is dropped, in [0, 1).
         reorder: allow a packet to overtake an earlier one when its delay is shorter.
         seed: seed of the loss stream (delay models carry their own streams).
+        buffer_bytes: the queue's size (packets waiting plus the one being sent); a packet
+            that does not fit is dropped (tail drop). None: unbounded.
+        capacity: cross traffic over time (`CapacityModel`); None: the whole rate.
     """
 
     def __init__(
@@ -232,48 +336,42 @@ class LinkEmulator:
         loss: float = 0.0,
         reorder: bool = False,
         seed: int | np.random.SeedSequence = 0,
+        buffer_bytes: float | None = None,
+        capacity: CapacityModel | None = None,
     ) -> None:
         if rate_bps is not None and not rate_bps > 0:
             raise ValueError(f"rate_bps must be > 0 or None, got {rate_bps}")
         if not 0 <= loss < 1:
             raise ValueError(f"loss must be in [0, 1), got {loss}")
+        if buffer_bytes is not None and not buffer_bytes > 0:
+            raise ValueError(f"buffer_bytes must be > 0 or None, got {buffer_bytes}")
+        if (buffer_bytes is not None or capacity is not None) and rate_bps is None:
+            raise ValueError("a buffer or a capacity model needs a link rate")
         # Hyperparameters.
         self.delay = delay if delay is not None else ConstantDelay(0.0)
         self.rate_bps = rate_bps
         self.loss = loss
         self.reorder = reorder
+        self.buffer_bytes = buffer_bytes
+        self.capacity = capacity
         # Internal state.
         self._uniform = _Draws(np.random.default_rng(seed), "uniform")
         self._free_at = -math.inf  # when the serializer finishes the last admitted packet
         self._last_release = -math.inf
+        self._q_dep = np.zeros(0)  # departure times and sizes of packets maybe still queued
+        self._q_size = np.zeros(0)
         # Stats.
         self.packets = 0
-        self.dropped = 0
+        self.dropped = 0  # lost (random loss) or tail-dropped
+        self.overflows = 0  # tail drops of a full buffer
         self.bytes = 0  # bytes of the packets not dropped
 
     def admit(self, now: float, nbytes: int) -> float | None:
-        """Release time of one packet admitted at ``now``, or None if it is dropped.
-
-        The per-packet path: scalar Python, the same arithmetic and draws as `admit_batch`.
-        """
+        """Release time of one packet admitted at ``now``, or None if it is dropped."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        self.packets += 1
-        dropped = self.loss > 0 and self._uniform.take1() < self.loss
-        delay = self.delay.delay1(now)  # drawn even when dropped: see admit_batch
-        if dropped:
-            self.dropped += 1
-            return None
-        self.bytes += nbytes
-        departure = now
-        if self.rate_bps is not None:
-            departure = max(now, self._free_at) + nbytes * 8 / self.rate_bps
-            self._free_at = departure
-        release = departure + delay
-        if not self.reorder:
-            release = max(release, self._last_release)
-            self._last_release = release
-        return release
+        release = float(self.admit_batch(np.array([now]), nbytes)[0])
+        return None if release != release else release
 
     def admit_batch(self, times: np.ndarray, nbytes: np.ndarray | int) -> np.ndarray:
         """Release times of packets admitted at nondecreasing ``times``; NaN where dropped."""
@@ -291,32 +389,100 @@ class LinkEmulator:
         t, size = times[kept], sizes[kept]
         self.packets += len(times)
         self.dropped += len(times) - len(t)
-        self.bytes += int(size.sum())
         if len(t) == 0:
             return release
         departure = self._serialize(t, size)
+        queued = ~np.isnan(departure)  # not tail-dropped
+        self.overflows += int((~queued).sum())
+        self.dropped += int((~queued).sum())
+        self.bytes += int(size[queued].sum())
         out = departure + delay
         if not self.reorder:
-            out = np.maximum.accumulate(np.maximum(out, self._last_release))
-            self._last_release = float(out[-1])
-        release[kept] = out
+            ok = out[queued]
+            ok = np.maximum.accumulate(np.maximum(ok, self._last_release))
+            if ok.size:
+                self._last_release = float(ok[-1])
+            out[queued] = ok
+        idx = np.flatnonzero(kept) if isinstance(kept, np.ndarray) else np.arange(len(times))
+        release[idx] = out
         return release
 
     def _serialize(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """Departure times through the serialization queue, vectorized.
-
-        ``d_k = max(t_k, d_{k-1}) + s_k`` unrolls to
-        ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
-        service times ``s = 8 * size / rate``: a running maximum instead of a Python loop.
-        """
+        """Departure times through the queue (NaN: tail-dropped)."""
         if self.rate_bps is None:
             return t
-        service = size * 8 / self.rate_bps
+        share = 1.0
+        if self.capacity is not None:
+            share = self.capacity.constant_over(float(t[0]), float(t[-1]) + self._busy_span(t))
+        if share is not None:
+            departure = self._serialize_fast(t, size, self.rate_bps * share)
+            if self.buffer_bytes is None or not self._overflows(t, size, departure):
+                self._remember(float(t[-1]), departure, size)
+                return departure
+        return self._serialize_loop(t, size)
+
+    def _busy_span(self, t: np.ndarray) -> float:
+        """How far past the last arrival the queue may still be busy (for the capacity
+        check): at least what is queued already."""
+        return max(self._free_at - float(t[-1]), 0.0) + 1e-3
+
+    def _serialize_fast(self, t: np.ndarray, size: np.ndarray, rate: float) -> np.ndarray:
+        """``d_k = max(t_k, d_{k-1}) + s_k`` at a constant rate, vectorized: it unrolls to
+        ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
+        service times ``s = 8 * size / rate``: a running maximum instead of a Python loop."""
+        service = size * 8 / rate
         done = np.cumsum(service)
         start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_at)
-        departure = done + start
+        return done + start
+
+    def _overflows(self, t: np.ndarray, size: np.ndarray, departure: np.ndarray) -> bool:
+        """Whether any packet finds the buffer too full for it (vectorized check)."""
+        cum = np.concatenate([[0.0], np.cumsum(size)])
+        i = np.arange(t.size)
+        first = np.minimum(np.searchsorted(departure, t, side="right"), i)
+        backlog = cum[i] - cum[first]  # this batch's packets still queued at t_i
+        if self._q_dep.size:
+            qcum = np.concatenate([[0.0], np.cumsum(self._q_size)])
+            backlog += qcum[-1] - qcum[np.searchsorted(self._q_dep, t, side="right")]
+        return bool(np.any(backlog + size > self.buffer_bytes))
+
+    def _remember(self, last_arrival: float, departure: np.ndarray, size: np.ndarray) -> None:
         self._free_at = float(departure[-1])
-        return departure
+        if self.buffer_bytes is None:
+            return
+        dep = np.concatenate([self._q_dep, departure])
+        sz = np.concatenate([self._q_size, size])
+        keep = dep > last_arrival  # a later packet arrives no earlier: the rest has left
+        self._q_dep, self._q_size = dep[keep], sz[keep]
+
+    def _serialize_loop(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """One packet at a time: a buffer that overflows, or a rate that changes."""
+        rate = self.rate_bps
+        share = (self.capacity.share(t) if self.capacity is not None else np.ones(t.size)).tolist()
+        q_dep, q_size = self._q_dep.tolist(), self._q_size.tolist()
+        head = 0
+        backlog = sum(q_size)
+        limit = math.inf if self.buffer_bytes is None else self.buffer_bytes
+        free = self._free_at
+        out = np.full(t.size, np.nan)
+        for k, (tk, sk) in enumerate(zip(t.tolist(), size.tolist(), strict=True)):
+            while head < len(q_dep) and q_dep[head] <= tk:
+                backlog -= q_size[head]
+                head += 1
+            if backlog + sk > limit:
+                continue  # tail drop
+            start = max(tk, free)
+            if self.capacity is not None and start > tk:
+                share[k] = float(self.capacity.share(np.array([start]))[0])
+            free = start + sk * 8 / (rate * share[k])
+            out[k] = free
+            q_dep.append(free)
+            q_size.append(sk)
+            backlog += sk
+        self._free_at = free
+        self._q_dep = np.array(q_dep[head:])
+        self._q_size = np.array(q_size[head:])
+        return out
 
 
 def _trace_profile(seed: np.random.SeedSequence, path: str = "") -> DelayModel:
@@ -368,6 +534,8 @@ def make_link(
     rate_bps: float | None = None,
     loss: float = 0.0,
     reorder: bool = False,
+    buffer_bytes: float | None = None,
+    capacity: CapacityModel | None = None,
     **delay_params: float,
 ) -> LinkEmulator:
     """A link with the named delay profile (``none``, ``constant``, ``low``, ``high``,
@@ -384,4 +552,4 @@ def make_link(
         delay = factory(delay_seed, **params)
     except TypeError as e:  # a parameter this profile does not have
         raise ValueError(f"link profile {name!r}: {e}") from None
-    return LinkEmulator(delay, rate_bps, loss, reorder, loss_seed)
+    return LinkEmulator(delay, rate_bps, loss, reorder, loss_seed, buffer_bytes, capacity)

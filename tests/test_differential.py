@@ -255,5 +255,11 @@ def test_pool_reset_without_register_writes_probes_once(monkeypatch, caplog):
     assert sent[-1] == ([f"register_reset {r.name}" for r in REGISTERS], 9999)
     monkeypatch.setattr(jobs, "list_jobs", lambda c: {1: TOPO.job(1).entry()})
     assert jobs.reset_pool(conn, job, thrift_port=9999)
-    assert sent[-1][0] == [f"register_write slot_count {i} 0" for i in range(2 * 1024)]
+    cells = sent[-1][0]
+    assert cells[: 2 * 1024] == [f"register_write slot_count {i} 0" for i in range(2 * 1024)]
+    i = job.job_index  # and the job's runs: no run joined yet
+    assert cells[2 * 1024 : 2 * 1024 + 3] == [
+        f"register_write {name} {i} 0" for name in ("job_epoch", "join_bitmap", "join_count")
+    ]
+    assert cells[2 * 1024 + 3 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
     assert len(conn.updates) == 3  # one probe per call

@@ -218,3 +218,71 @@ def test_shared_episodes_line_up_across_links():
     np.testing.assert_array_equal(late.in_episode(times[30000:]), on[0][30000:])
     with pytest.raises(ValueError, match="whole"):
         HighVariationDelay(np.random.SeedSequence(0), episode_seed=1.5)
+
+
+# -- finite buffers and capacity (cross traffic) ------------------------------------------------
+
+
+def test_a_full_buffer_tail_drops_what_does_not_fit():
+    link = LinkEmulator(rate_bps=8e6, buffer_bytes=10_000)  # 1 MB/s: 1 ms per 1000 B
+    release = link.admit_batch(np.zeros(25), 1000)  # a burst of 25 packets at once
+    assert np.isnan(release).sum() == 15 and link.overflows == 15
+    np.testing.assert_allclose(release[:10], (np.arange(10) + 1) * 1e-3)
+    # once the queue has drained, there is room again
+    assert link.admit(0.0105, 1000) == pytest.approx(0.0115)
+
+
+def test_buffer_accounting_is_the_same_in_one_batch_and_one_by_one():
+    rng = np.random.default_rng(4)
+    times = np.cumsum(rng.exponential(0.9e-3, 3000))  # ~1.1x the link's rate: queues grow
+    sizes = rng.integers(500, 1500, 3000)
+    batched = LinkEmulator(rate_bps=8e6, buffer_bytes=20_000)
+    single = LinkEmulator(rate_bps=8e6, buffer_bytes=20_000)
+    a = np.concatenate(
+        [batched.admit_batch(times[i : i + 97], sizes[i : i + 97]) for i in range(0, 3000, 97)]
+    )
+    b = np.array([single.admit(t, int(s)) or np.nan for t, s in zip(times, sizes, strict=True)])
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)])
+    assert batched.overflows == single.overflows > 0
+
+
+def test_a_large_buffer_changes_nothing():
+    times = np.sort(np.random.default_rng(5).uniform(0, 0.1, 2000))
+    free = LinkEmulator(rate_bps=1e8).admit_batch(times, 1200)
+    big = LinkEmulator(rate_bps=1e8, buffer_bytes=1e12).admit_batch(times, 1200)
+    np.testing.assert_allclose(free, big)
+
+
+def test_capacity_episodes_slow_the_link_to_their_share():
+    from ina.netem import CapacityEpisodes
+
+    cap = CapacityEpisodes(share=0.25, on_s=1.0, off_s=1.0, fixed=True)  # on in [1, 2), ...
+    link = LinkEmulator(rate_bps=8e6, capacity=cap)  # 1000 B take 1 ms, 4 ms in an episode
+    assert link.admit(0.5, 1000) == pytest.approx(0.501)
+    assert link.admit(1.5, 1000) == pytest.approx(1.504)
+    assert link.admit(2.5, 1000) == pytest.approx(2.501)
+    # a backlog: 2000 packets offered at once in an episode drain at a quarter of the rate
+    out = link.admit_batch(np.full(100, 3.0), 1000)
+    np.testing.assert_allclose(np.diff(out), 4e-3)
+    np.testing.assert_array_equal(
+        cap.share(np.array([0.0, 1.0, 1.99, 2.0, 3.5])), [1, 0.25, 0.25, 1, 0.25]
+    )
+
+
+def test_capacity_trace_replays_and_loops(tmp_path):
+    from ina.netem import CapacityTrace
+
+    path = tmp_path / "cap.txt"
+    path.write_text("# time share\n0 1.0\n2 0.5\n3 1.0\n4\n".replace("4\n", "4 1\n"))
+    cap = CapacityTrace(path)
+    np.testing.assert_array_equal(
+        cap.share(np.array([0, 1.9, 2, 2.9, 3, 4.5, 6.5])), [1, 1, 0.5, 0.5, 1, 1, 0.5]
+    )
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0 1\n1 nope\n")
+    with pytest.raises(ValueError, match="bad.txt:2"):
+        CapacityTrace(bad)
+    bad.write_text("0 1\n")
+    with pytest.raises(ValueError, match="at least two"):
+        CapacityTrace(bad)

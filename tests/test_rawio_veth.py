@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from ina.procs import stop_process
-from ina.protocol import UDP_PORT, Flag, Header, encode_packet
+from ina.protocol import HEADER_BYTES, UDP_PORT, Flag, Header, encode_packet
 from ina.switch_model.frames import FramePipeline
 from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.rawio import RawSwitch
@@ -204,13 +204,13 @@ def test_ina_packets_aggregate_across_namespaces():
                 assert sender == (SWITCH_IP, UDP_PORT)
                 got = Header.unpack(data)
                 assert got.flags & Flag.RESULT and got.bitmap == 0b111
-                vals = np.frombuffer(data[20:], ">i4")
+                vals = np.frombuffer(data[HEADER_BYTES:], ">i4")
                 assert np.array_equal(vals, np.arange(LANES) * 6), w
             # a retransmission into the completed slot: the stored result, by unicast
             h = Header(worker_id=1, job_id=1, slot=0, seq=0, num_lanes=LANES, flags=Flag.RETX)
             socks[1].sendto(encode_packet(h, lanes[1]), (SWITCH_IP, UDP_PORT))
             data, _ = socks[1].recvfrom(4096)
-            assert np.array_equal(np.frombuffer(data[20:], ">i4"), np.arange(LANES) * 6)
+            assert np.array_equal(np.frombuffer(data[HEADER_BYTES:], ">i4"), np.arange(LANES) * 6)
         finally:
             for s in socks:
                 s.close()
@@ -218,7 +218,7 @@ def test_ina_packets_aggregate_across_namespaces():
         c = snap["counters"]
         assert c["packets_in"][0] == 4 and c["aggregated"][0] == 3 and c["results"][0] == 1
         assert c["result_packets"][0] == 4 and c["retx_replies"][0] == 1
-        frame = 42 + 20 + 4 * LANES
+        frame = 42 + HEADER_BYTES + 4 * LANES
         assert c["packets_in"][1] == 4 * frame  # whole frames
         assert snap["frames"]["copies_out"] == 4
 

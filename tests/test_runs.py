@@ -59,7 +59,7 @@ def counters(p: Pipeline) -> dict[str, int]:
 def test_the_last_join_completes_the_run_and_multicasts_its_epoch():
     p = pipeline_with_job()
     assert join(p, 2, 0xAAAA) == [] and join(p, 0, 0xBBBB) == []  # absorbed
-    (dest, job, group, payload), = join(p, 1, 0xCCCC)
+    ((dest, job, group, payload),) = join(p, 1, 0xCCCC)
     h, _ = decode_packet(payload)
     assert dest == MULTICAST and group == p.tables.jobs[1].mcast_grp
     assert h.op == Op.JOIN and h.flags == Flag.RESULT
@@ -71,12 +71,12 @@ def test_the_last_join_completes_the_run_and_multicasts_its_epoch():
 def test_a_repeated_join_is_answered_with_its_own_nonce_never_counted_twice():
     p = pipeline_with_job()
     join(p, 0, 7)
-    (dest, _, _, payload), = join(p, 0, 7, retx=True)  # the join is not complete yet
+    ((dest, _, _, payload),) = join(p, 0, 7, retx=True)  # the join is not complete yet
     h, _ = decode_packet(payload)
     assert dest == 0 and h.flags == Flag.PENDING and h.bitmap == 0b001 and h.seq == 7
     join(p, 1, 8)
     join(p, 2, 9)
-    (dest, _, _, payload), = join(p, 0, 7, retx=True)  # complete: the run, by unicast
+    ((dest, _, _, payload),) = join(p, 0, 7, retx=True)  # complete: the run, by unicast
     h, _ = decode_packet(payload)
     assert dest == 0 and h.flags == Flag.RESULT and h.epoch == 1 and h.seq == 7
     c = counters(p)
@@ -90,7 +90,7 @@ def test_a_worker_restarting_mid_join_starts_the_run_over():
     join(p, 1, 3)  # worker 1 again with a new nonce: it restarted, so a new run begins
     assert p.runs.join_bitmap[0] == 0b010 and p.runs.job_epoch[0] == 2
     join(p, 0, 4)
-    (_, _, _, payload), = join(p, 2, 5)
+    ((_, _, _, payload),) = join(p, 2, 5)
     assert decode_packet(payload)[0].epoch == 2
 
 
@@ -105,7 +105,7 @@ def test_an_old_runs_data_is_dropped_and_counted_never_added():
     assert counters(p)["drop_stale"] == before["drop_stale"] + 1
     # run 1's seq 0 meets run 0's complete copy of seq 0: a fresh aggregation, not run 0's 11
     assert data(p, 0, 0, 1, 1) == []
-    (_, _, _, payload), = data(p, 1, 0, 1, 2)
+    ((_, _, _, payload),) = data(p, 1, 0, 1, 2)
     h, lanes = decode_packet(payload)
     assert h.epoch == 1 and lanes.tolist() == [3] * LANES
 

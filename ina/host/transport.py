@@ -104,7 +104,7 @@ class Transport:
         return core.result()
 
     def _send(self, now: float) -> None:
-        for buf, rows in self.core.pop_sends():
+        for buf, rows, _ in self.core.pop_sends():
             if self.link is not None:  # an emulated path holds packets back
                 self.link.enqueue(now, buf, rows, self)
             else:

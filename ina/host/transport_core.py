@@ -6,10 +6,16 @@ it received and timer expiries, and sends what it hands back::
 
     core.start(Round(values, Op.SUM), now)       # joins the run first if needed
     while not core.idle:
-        send(core.pop_sends())                    # [(buffer, rows)]: datagrams to send now
+        send(core.pop_sends())                    # [(buffer, rows, times)]: datagrams to send
         wait until a datagram arrives or core.deadline()
         core.receive(rx, lengths, now); core.tick(now)
     result = core.result()
+
+Time is whatever clock the driver has, in seconds. ``receive`` also takes one time per
+datagram (when each arrived), and every datagram handed back carries the time it is sent
+(the arrival time of the result that freed its slot): the simulator feeds a batch of
+arrivals at their exact times in one call, and the core answers as if it had seen them one
+by one. The UDP driver passes one "now" and sends everything at once.
 
 Two drivers use it: the UDP transport (`ina.host.transport.Transport`, wall clock) and the
 simulator (`ina.sim`, virtual time). The rules, in the order a call meets them:
@@ -30,12 +36,38 @@ seq without talking), lives in slot ``seq % pool_size``, shadow copy
 ``(seq // pool_size) % 2``. Chunk ``c + pool_size`` reuses the slot of chunk ``c`` and is
 sent only once chunk ``c``'s result is in; at most ``window`` chunks are in flight.
 
+**Window (congestion control).** At most ``window`` chunks are in flight (sent, result not
+yet in), new ones in ascending order, with one exception: a worker may always send its
+lowest chunk without a result. That keeps any window deadlock-free: the lowest chunk the
+switch still waits for is, for every worker, either that worker's lowest unfinished chunk
+or above chunks the switch has completed (whose results a retransmission fetches), so
+every worker eventually sends it. (Without the exception, two workers can each fill their
+windows with chunks the other has not sent, and wait forever; a TCP-style sliding window,
+``c < lowest unfinished + window``, avoids that too but blocks every slot behind one lost
+chunk, where SwitchML's slots proceed independently: 3x slower at 10 % loss.) The window
+adapts within the pool, so that a worker keeps the queues on its path short instead of
+filling them with a whole pool and waiting for timeouts (a retransmission storm: 8 workers
+each with a fixed window of a whole pool queued at the switch until the queueing delay
+outgrew the timeout). Delay-based, like TCP Vegas: the base round trip is the least ever
+seen; while the least sample of a batch exceeds it by more than ``queue_target`` base round
+trips (and a quarter of ``min_rto``), the window shrinks in proportion to the excess (at
+most once per round trip); otherwise it grows by about one chunk per window's worth of
+results. The least sample, because a queue delays every packet, while a lost contribution
+delays only its own chunk (for every worker: a chunk's round trip includes the slowest
+worker's recovery); and none while loss recovery is under way (a timeout within the last two
+timeouts): the delay target sits far below the timeout, so a growing queue is caught
+before it causes any. Timeouts leave the window alone: here they mostly mean random loss,
+not a full queue, and halving on each (as TCP does) collapsed the window to one chunk at
+5 % loss. ``window_control=False`` keeps it at the pool.
+
 **Retransmission.** A chunk without its result after the retransmission timeout is sent
-again (flag RETX), the timeout doubling per retry up to ``max_rto``; the backed-off timeout
-also applies to new chunks (RFC 6298 5.5). The switch answers a retransmission with the
-stored result (slot complete) or with PENDING and the bitmap of workers it has heard from,
-so a chunk that never completes fails after ``timeout`` with an error naming the missing
-workers. The timeout follows RFC 6298's estimator, fed with Karn samples: only chunks never
+again (flag RETX), at most a window's worth per timeout, lowest first (the rest wait a round
+trip: a burst of every expired chunk at once would overflow the same queue again and drop
+the same last chunks every time). The timeout doubles on expiry, once per timeout period,
+up to ``max_rto``, for new chunks too (RFC 6298 5.5), until a clean sample resets it. The switch answers a retransmission with the stored
+result (slot complete) or with PENDING and the bitmap of workers it has heard from, so a
+chunk that never completes fails after ``timeout`` with an error naming the missing workers.
+The timeout follows RFC 6298's estimator, fed with Karn samples: only chunks never
 retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
 
 All per-packet work is vectorized over the batch of datagrams a driver hands in.
@@ -94,6 +126,8 @@ class WorkerConfig:
     # start within it
     join_timeout: float | None = None
     batch: int = 64  # datagrams per system call (UDP driver)
+    window_control: bool = True  # adapt the window to the queueing delay (else: the pool)
+    queue_target: float = 3.0  # queueing delay allowed, in base round trips
 
     def __post_init__(self) -> None:
         if not 0 <= self.worker_id < self.num_workers <= MAX_WORKERS:
@@ -109,6 +143,8 @@ class WorkerConfig:
             raise ValueError("need rto > 0 and 0 < min_rto <= max_rto")
         if not self.timeout > 0 or not (self.join_timeout is None or self.join_timeout > 0):
             raise ValueError("timeout and join_timeout must be > 0")
+        if not self.queue_target > 0:
+            raise ValueError(f"queue_target must be > 0, got {self.queue_target}")
 
     @property
     def join_wait(self) -> float:
@@ -131,6 +167,7 @@ class TransportStats:
     rtt_samples: int = 0
     rtt_sum: float = 0.0
     joins: int = 0  # runs joined
+    join_probes: int = 0  # JOINs re-sent at once to get the reply with our own nonce
     pending_bitmaps: dict[int, int] = field(default_factory=dict)
 
 
@@ -166,6 +203,9 @@ class _Call:
         # chunks whose slot is free (their predecessor c - pool_size is done) but that the
         # window has not let out yet, lowest first
         self.ready = np.arange(min(pool, C))
+        self.ready_at = np.full(self.ready.size, -np.inf)  # when each became ready
+        self.low = 0  # the lowest chunk without its result (always allowed out)
+        self.flying = 0  # chunks sent whose results are not in
         self.tx: np.ndarray | None = None  # (C, pb) built once the epoch is known
 
 
@@ -193,18 +233,22 @@ class TransportCore:
         self.pb = packet_bytes(cfg.lanes)
         self.nonce = nonce
         self.rtt_listener = rtt_listener
-        self.window = cfg.pool_size  # chunks in flight at most (<= pool_size)
+        self.window = float(cfg.pool_size)  # chunks in flight at most, 1..pool_size
         # Internal state.
         self.epoch: int | None = None  # the run joined (None: not yet)
         self.next_seq = 0
         self.rto = cfg.rto
         self._srtt = 0.0
         self._rttvar = 0.0
+        self._base_rtt = np.inf  # the least round trip seen: the path without queues
+        self._last_cut = -np.inf  # when the window last shrank (once per round trip)
+        self._backoff_until = -np.inf  # the timeout doubles at most once per timeout period
+        self._recovering_until = -np.inf  # loss recovery under way: delays are not queues
         self._join: _Join | None = None
         self._call: _Call | None = None
         self._result: Reduced | None = None
-        self._sends: list[tuple[np.ndarray, np.ndarray]] = []
-        self._inflight = 0
+        self._sends: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.finished_at = -np.inf  # when the last round's last result arrived
         # Stats.
         self.stats = TransportStats()
 
@@ -239,10 +283,11 @@ class TransportCore:
             raise RuntimeError("no round has completed")
         return self._result
 
-    def pop_sends(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Datagrams to send now, as (buffer, rows) pairs: each row of ``buffer[rows]`` is one
-        INA payload of ``pb`` bytes for the switch. The buffers stay valid until the next
-        call into the core (a driver that holds packets longer must copy them)."""
+    def pop_sends(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Datagrams to send, as (buffer, rows, times): each row of ``buffer[rows]`` is one
+        INA payload of ``pb`` bytes for the switch, to be sent at its time (nondecreasing
+        within a triple). The buffers stay valid until the next call into the core (a driver
+        that holds packets longer must copy them)."""
         out, self._sends = self._sends, []
         return out
 
@@ -270,25 +315,34 @@ class TransportCore:
             err = self._timeout_error(call, int(too_old[0]))
             self._abort()
             raise err
-        retries = call.retries
-        retries[expired] += 1
         # Back the timeout off for new chunks too (RFC 6298 5.5): otherwise, when the RTT
         # jumps above the RTO, every chunk is retransmitted, Karn's rule leaves no sample,
         # and the estimator (and DC2) never learns the new delay.
-        self.rto = min(2 * self.rto, self.cfg.max_rto)
-        rto = np.minimum(self.rto * (2.0 ** (retries[expired] - 1)), self.cfg.max_rto)
-        call.deadline[expired] = now + rto
-        tx_hdr = call.tx[expired, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
+        # One shared backoff, doubled at most once per timeout period: chunks expiring one
+        # after another are one loss event, not many (doubling per chunk as well made the
+        # timeout grow doubly exponentially, to max_rto after a few losses).
+        self._recovering_until = now + 2 * self.rto
+        if now >= self._backoff_until:
+            self.rto = min(2 * self.rto, self.cfg.max_rto)
+            self._backoff_until = now + self.rto
+        k = max(1, int(self.window))
+        go, later = expired[:k], expired[k:]  # lowest first: the lowest unfinished included
+        call.deadline[later] = now + (self._srtt or self.rto)  # paced: wait a round trip
+        call.retries[go] += 1
+        call.deadline[go] = now + self.rto
+        tx_hdr = call.tx[go, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
         tx_hdr["flags"] |= int(Flag.RETX)
-        call.tx[expired, :HEADER_BYTES] = tx_hdr.view(np.uint8).reshape(-1, HEADER_BYTES)
-        self._queue(call.tx, expired)
-        self.stats.retransmissions += int(expired.size)
+        call.tx[go, :HEADER_BYTES] = tx_hdr.view(np.uint8).reshape(-1, HEADER_BYTES)
+        self._queue(call.tx, go, now)
+        self.stats.retransmissions += int(go.size)
 
-    def receive(self, rx: np.ndarray, lengths: np.ndarray, now: float) -> None:
-        """Datagrams from the switch: rows of ``rx`` with their ``lengths``."""
+    def receive(self, rx: np.ndarray, lengths: np.ndarray, now: float | np.ndarray) -> None:
+        """Datagrams from the switch: rows of ``rx`` with their ``lengths``, received at
+        ``now`` (one time, or one per datagram, nondecreasing)."""
         k = int(lengths.size)
         if k == 0:
             return
+        now = np.broadcast_to(np.asarray(now, dtype=np.float64), (k,))
         if rx.shape[1] < self.pb:  # nothing this narrow can be ours
             self.stats.ignored += k
             return
@@ -301,7 +355,7 @@ class TransportCore:
         )
         joins = ours & (hdr["op"] == _JOIN)
         if joins.any():
-            self._receive_join(hdr[joins], now)
+            self._receive_join(hdr[joins], now[joins])
         call = self._call
         if call is None or self.epoch is None:
             self.stats.ignored += k - int(joins.sum())
@@ -325,13 +379,16 @@ class TransportCore:
         tx = np.zeros((1, self.pb), np.uint8)
         tx[0, :HEADER_BYTES] = h.view(np.uint8)
         self._join = _Join(tx, now, now + self.rto)
-        self._queue(tx, np.zeros(1, np.int64))
+        self._queue(tx, np.zeros(1, np.int64), now)
 
-    def _resend_join(self, now: float) -> None:
+    def _resend_join(self, now: float, probe: bool = False) -> None:
         j = self._join
         j.tx[0, 2] |= int(Flag.RETX)  # flags byte
-        self._queue(j.tx, np.zeros(1, np.int64))
-        self.stats.retransmissions += 1
+        self._queue(j.tx, np.zeros(1, np.int64), now)
+        if probe:
+            self.stats.join_probes += 1
+        else:
+            self.stats.retransmissions += 1
 
     def _tick_join(self, now: float) -> None:
         j = self._join
@@ -347,7 +404,7 @@ class TransportCore:
         j.deadline = now + min(self.rto * 2.0 ** (j.retries - 1), self.cfg.max_rto)
         self._resend_join(now)
 
-    def _receive_join(self, replies: np.ndarray, now: float) -> None:
+    def _receive_join(self, replies: np.ndarray, times: np.ndarray) -> None:
         j = self._join
         if j is None:  # joined already: late copies of the multicast or of our replies
             self.stats.duplicate_results += replies.size
@@ -360,15 +417,16 @@ class TransportCore:
             self._join = None
             self.stats.joins += 1
             self.next_seq = 0  # a run's sequence numbers start at 0
-            self._launch(now)
+            self._launch(float(times[done[0]]))
             return
         pend = np.flatnonzero(mine & ~results)
         if pend.size:
             j.bitmap = int(replies["bitmap"][pend[-1]])
-        if (results & ~mine).any():
+        others = np.flatnonzero(results & ~mine)
+        if others.size:
             # The run is complete, announced with another worker's nonce: ask for our own
             # answer now rather than at the next timeout.
-            self._resend_join(now)
+            self._resend_join(float(times[others[0]]), probe=True)
 
     # -- data ------------------------------------------------------------------------
 
@@ -400,26 +458,39 @@ class TransportCore:
         tx[:, HEADER_BYTES:] = lanes.view(np.uint8).reshape(C, L * 4)
         call.tx = tx
         self._values = None
-        self._inflight = 0
-        self._send_ready(call, np.zeros(0, np.int64), now)
+        call.ready_at[:] = now
+        self._send_ready(call, np.zeros(0, np.int64), np.zeros(0), now)
 
-    def _send_ready(self, call: _Call, freed: np.ndarray, now: float) -> None:
-        """Chunks ``freed`` may use their slot now; send the lowest ready ones the window
-        allows."""
-        ready = call.ready
+    def _send_ready(
+        self, call: _Call, freed: np.ndarray, freed_at: np.ndarray, room_at: float
+    ) -> None:
+        """Chunks ``freed`` may use their slot from ``freed_at`` on; send what the window
+        allows: lost chunks first (lowest first), then the lowest ready ones. A chunk that
+        had to wait for the window leaves at ``room_at``, when the window opened."""
+        ready, ready_at = call.ready, call.ready_at
         if freed.size:
             ready = np.concatenate([ready, freed])
-            ready.sort()
-        room = self.window - self._inflight
-        if room <= 0 or not ready.size:
-            call.ready = ready
+            ready_at = np.concatenate([ready_at, freed_at])
+            order = np.argsort(ready, kind="stable")
+            ready, ready_at = ready[order], ready_at[order]
+        if call.low < call.C and call.done[call.low]:
+            rest = call.done[call.low :]
+            call.low += int(rest.argmin()) if not rest.all() else rest.size
+        n = max(int(self.window) - call.flying, 0)
+        if ready.size and ready[0] == call.low:
+            n = max(n, 1)  # the lowest unfinished chunk may always go: no deadlock
+        if not n or not ready.size:
+            call.ready, call.ready_at = ready, ready_at
             return
-        go, call.ready = ready[:room], ready[room:]
+        go, call.ready = ready[:n], ready[n:]
+        at, call.ready_at = np.maximum(ready_at[:n], room_at), ready_at[n:]
+        call.flying += go.size
+        order = np.argsort(at, kind="stable")  # on the wire in time order
+        go, at = go[order], at[order]
         call.sent[go] = True
-        call.first_sent[go] = now
-        call.deadline[go] = now + self.rto
-        self._inflight += go.size
-        self._queue(call.tx, go)
+        call.first_sent[go] = at
+        call.deadline[go] = at + self.rto
+        self._queue(call.tx, go, at)
 
     def _receive_data(
         self,
@@ -428,7 +499,7 @@ class TransportCore:
         rx: np.ndarray,
         rows: np.ndarray,
         chunks: np.ndarray,
-        now: float,
+        now: np.ndarray,
     ) -> None:
         is_result = (hdr["flags"][rows] & Flag.RESULT) != 0
         if (~is_result).any():  # PENDING replies: remember who the switch has heard from
@@ -446,14 +517,17 @@ class TransportCore:
         call.done[rc] = True
         call.deadline[rc] = np.inf
         call.ndone += rc.size
-        self._inflight -= rc.size
+        call.flying -= int(call.sent[rc].sum())
         self.stats.results += rc.size
         call.exp_max = max(call.exp_max, int(hdr["exp"][rr].max()))
         call.level_max = max(call.level_max, int(hdr["level"][rr].max()))
+        t = now[rr]  # when each result arrived
+        room_at = float(t.min())
         clean = call.retries[rc] == 0
         if clean.any():
-            rtt = now - call.first_sent[rc[clean]]
+            rtt = t[clean] - call.first_sent[rc[clean]]
             self._update_rto(rtt)
+            self._adapt_window(rtt, float(t.max()))
             self.stats.rtt_samples += rtt.size
             self.stats.rtt_sum += float(rtt.sum())
             if self.rtt_listener is not None:
@@ -462,10 +536,12 @@ class TransportCore:
         if check is not None and call.done[0] and rc[0] == 0:
             check(call.out[0])  # may raise (e.g. LengthMismatch): the call is abandoned
         if call.ndone == call.C:
+            self.finished_at = float(t.max())
             self._finish(call)
             return
         nxt = rc + self.cfg.pool_size
-        self._send_ready(call, nxt[nxt < call.C], now)
+        keep = nxt < call.C
+        self._send_ready(call, nxt[keep], t[keep], room_at)
 
     def _finish(self, call: _Call) -> None:
         self.stats.pending_bitmaps = call.pending
@@ -483,11 +559,34 @@ class TransportCore:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _queue(self, buf: np.ndarray, rows: np.ndarray) -> None:
+    def _queue(self, buf: np.ndarray, rows: np.ndarray, at: float | np.ndarray) -> None:
         rows = np.asarray(rows, dtype=np.int64)
         self.stats.packets_sent += int(rows.size)
         self.stats.bytes_sent += int(rows.size) * self.pb
-        self._sends.append((buf, rows))
+        self._sends.append((buf, rows, np.broadcast_to(np.asarray(at, np.float64), rows.shape)))
+
+    def _adapt_window(self, rtt: np.ndarray, now: float) -> None:
+        """Delay-based window control (see the module docstring)."""
+        if not self.cfg.window_control:
+            return
+        least = float(rtt.min())
+        self._base_rtt = min(self._base_rtt, least)
+        # queueing allowed: queue_target base round trips, and never less than a quarter of
+        # min_rto (a storm needs queues near the timeout; below that, host jitter on a busy
+        # machine looks like queueing and would shrink the window for nothing)
+        queue = max(self.cfg.queue_target * self._base_rtt, self.cfg.min_rto / 4)
+        target = self._base_rtt + queue
+        if least > target and now >= self._recovering_until:
+            self._cut(now, max(0.5, 1 - 0.5 * (least - target) / least))
+        else:
+            self.window = min(self.window + rtt.size / self.window, float(self.cfg.pool_size))
+
+    def _cut(self, now: float, factor: float) -> None:
+        """Shrink the window by ``factor``, at most once per round trip."""
+        if not self.cfg.window_control or now - self._last_cut < self._srtt:
+            return
+        self.window = max(1.0, self.window * factor)
+        self._last_cut = now
 
     def _update_rto(self, rtt: np.ndarray) -> None:
         """RFC 6298's estimator, fed the batch's samples in one step (their mean and spread):

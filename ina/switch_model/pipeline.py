@@ -100,19 +100,26 @@ class Outputs:
 
     Row ``i < n`` of ``data`` holds an INA payload of ``length`` bytes for ``job_id[i]``,
     sent to worker ``dest[i]`` or, if ``dest[i] == MULTICAST``, to multicast group
-    ``group[i]``.
+    ``group[i]``; ``src[i]`` is the input row that produced it (outputs are in input order).
     """
 
     data: np.ndarray  # (capacity, stride) uint8
     dest: np.ndarray  # int32
     job_id: np.ndarray  # int32
     group: np.ndarray  # int32
+    src: np.ndarray  # int64
     n: int = 0
 
     @classmethod
     def allocate(cls, capacity: int, stride: int) -> Outputs:
         z = np.zeros(capacity, dtype=np.int32)
-        return cls(np.zeros((capacity, stride), np.uint8), z.copy(), z.copy(), z.copy())
+        return cls(
+            np.zeros((capacity, stride), np.uint8),
+            z.copy(),
+            z.copy(),
+            z.copy(),
+            np.zeros(capacity, np.int64),
+        )
 
     def staging(self, lanes: int) -> np.ndarray:
         """Native int32 rows where the pipeline snapshots result lanes (reused)."""
@@ -435,6 +442,7 @@ class Pipeline:
             )
             out.dest[:m] = np.where(kinds == 0, MULTICAST, oh["worker_id"].astype(np.int32))
             out.job_id[:m] = oh["job_id"]
+            out.src[:m] = idx[ks]
             grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
             out.group[:m] = grp
             # RESULT_PACKETS counts copies on the wire: a multicast counts its replicas,

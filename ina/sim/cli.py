@@ -1,0 +1,32 @@
+"""`ina sim {allreduce,validate}`: the virtual-time simulator's commands
+(`ina train --sim` runs training in it)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
+    "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="sim_command", required=True, metavar="COMMAND")
+    argv = sys.argv[sys.argv.index("sim") + 1 :] if "sim" in sys.argv else []
+    for name, (module, help_text) in COMMANDS.items():
+        sp = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        if argv and argv[0] == name:  # only the command being run loads its module
+            importlib.import_module(module).add_arguments(sp)
+
+
+def main(args: argparse.Namespace) -> int:
+    module, _ = COMMANDS[args.sim_command]
+    return int(importlib.import_module(module).main(args) or 0)

@@ -1,0 +1,290 @@
+"""A simulated INA network from a description: N workers, one switch, a link each way.
+
+`NetworkSpec` says what the network is (rates, delays, buffers, loss, cross traffic, the
+switch's rate and latency, the job's pool and lanes) in SI units; `build` wires the engine,
+the switch model's pipeline with the job installed exactly as the control plane installs it
+on a real switch, each worker's transport core and its up and down links; `SimNetwork.run`
+runs one program per worker to completion in simulated time.
+
+Seeds: every random stream (each link's loss and delay draws, each worker's JOIN nonce) is
+spawned from ``NetworkSpec.seed``, so the same spec runs the same way every time.
+Capacity episodes (cross traffic) are drawn from their own seed, shared by every link that
+has them: one bottleneck that all of the job's traffic crosses (the switch's ports).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ina.host.transport_core import TransportCore, TransportStats, WorkerConfig
+from ina.netem import (
+    CapacityEpisodes,
+    CapacityModel,
+    CapacityTrace,
+    LinkEmulator,
+    OffsetDelay,
+    make_link,
+    parse_profile,
+)
+from ina.protocol import FRAME_OVERHEAD, MAX_LANES, MAX_WORKERS, packet_bytes
+from ina.sim import units
+from ina.sim.engine import Engine, make_engine
+from ina.sim.nodes import Link, Program, SwitchNode, WorkerNode
+from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.run import install_job_spec
+from ina.switch_model.tables import local_job
+
+JOB_ID = 1
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One direction of every worker's link to the switch.
+
+    ``profile`` is an `ina.netem` delay profile (``none``, ``constant``, ``low``, ``high``,
+    ``trace:PATH``, with parameters) added to the propagation delay; ``capacity`` is cross
+    traffic: ``episodes:share=0.1:on_s=1:off_s=3[:fixed=1][:seed=N]`` or
+    ``trace:PATH`` (see `capacity_model`).
+    """
+
+    rate_bps: float | None = 100e9
+    prop_delay_s: float = 1e-6
+    profile: str = "none"
+    loss: float = 0.0
+    buffer_bytes: float | None = None
+    capacity: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate_bps is not None and not self.rate_bps > 0:
+            raise ValueError(f"link rate must be > 0, got {self.rate_bps}")
+        if not self.prop_delay_s >= 0:
+            raise ValueError(f"propagation delay must be >= 0, got {self.prop_delay_s}")
+        if not 0 <= self.loss < 1:
+            raise ValueError(f"loss must be in [0, 1), got {self.loss}")
+        if self.buffer_bytes is not None and not self.buffer_bytes > 0:
+            raise ValueError(f"buffer must be > 0 bytes, got {self.buffer_bytes}")
+        parse_profile(self.profile)  # a profile that does not parse is an error now
+        if self.capacity is not None:
+            capacity_model(self.capacity, seed=0)
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """The switch: how fast its pipeline takes packets (None: at line rate, the ports are
+    the limit) and its latency."""
+
+    rate_bps: float | None = None
+    latency_s: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.rate_bps is not None and not self.rate_bps > 0:
+            raise ValueError(f"switch rate must be > 0, got {self.rate_bps}")
+        if not self.latency_s >= 0:
+            raise ValueError(f"switch latency must be >= 0, got {self.latency_s}")
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Everything that determines a simulated network (and, with the programs, a run)."""
+
+    workers: int = 8
+    up: LinkSpec = field(default_factory=LinkSpec)
+    down: LinkSpec = field(default_factory=LinkSpec)
+    switch: SwitchSpec = field(default_factory=SwitchSpec)
+    lanes: int = 256
+    pool_size: int = 64
+    seed: int = 0
+    engine: str = "heap"
+    rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
+    min_rto_s: float = 0.02
+    max_rto_s: float = 1.0
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be 1..{MAX_WORKERS} per job, got {self.workers}")
+        if not 1 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
+        if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
+            raise ValueError(f"pool size must be a power of two, got {self.pool_size}")
+        self.worker_config(0)  # the transport's own checks (timers)
+
+    def worker_config(self, worker_id: int) -> WorkerConfig:
+        return WorkerConfig(
+            job_id=JOB_ID,
+            worker_id=worker_id,
+            num_workers=self.workers,
+            switch=("sim", 0),
+            bind=("sim", worker_id),
+            pool_size=self.pool_size,
+            lanes=self.lanes,
+            rto=self.rto_s,
+            min_rto=self.min_rto_s,
+            max_rto=self.max_rto_s,
+            timeout=self.timeout_s,
+        )
+
+    def with_links(self, **changes) -> NetworkSpec:
+        """The same spec with both directions' links changed alike."""
+        return replace(self, up=replace(self.up, **changes), down=replace(self.down, **changes))
+
+
+def capacity_model(text: str, seed: int) -> CapacityModel:
+    """``episodes[:share=S][:on_s=A][:off_s=B][:fixed=1][:seed=N]`` or ``trace:PATH``."""
+    name, _, rest = text.partition(":")
+    if name == "trace":
+        if not rest:
+            raise ValueError("capacity 'trace' needs a file: trace:PATH")
+        return CapacityTrace(rest)
+    if name != "episodes":
+        raise ValueError(f"unknown capacity model {text!r}: use episodes:... or trace:PATH")
+    params: dict[str, float] = {}
+    for item in (i for i in rest.split(":") if i):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            params[key] = float(value)
+        except ValueError:
+            raise ValueError(f"bad capacity parameter {item!r} in {text!r}: NAME=NUMBER") from None
+    unknown = set(params) - {"share", "on_s", "off_s", "fixed", "seed"}
+    if unknown:
+        raise ValueError(f"capacity {text!r}: unknown parameters {sorted(unknown)}")
+    return CapacityEpisodes(
+        share=params.get("share", 0.1),
+        on_s=params.get("on_s", 1.0),
+        off_s=params.get("off_s", 3.0),
+        seed=int(params.get("seed", seed)),
+        fixed=bool(params.get("fixed", 0)),
+    )
+
+
+def link_emulator(spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int) -> LinkEmulator:
+    """The `LinkEmulator` of one direction of one worker's link."""
+    link_seed = int(seed.generate_state(1)[0])
+    emu = make_link(
+        spec.profile,
+        seed=link_seed,
+        rate_bps=spec.rate_bps,
+        loss=spec.loss,
+        buffer_bytes=spec.buffer_bytes,
+        capacity=capacity_model(spec.capacity, cap_seed) if spec.capacity else None,
+    )
+    emu.delay = OffsetDelay(emu.delay, spec.prop_delay_s)
+    return emu
+
+
+def min_latency(emu: LinkEmulator, frame_bytes: int) -> float:
+    """The least time a frame can take through the link: its shortest delay plus its
+    serialization at the full rate."""
+    serialize = 0.0 if emu.rate_bps is None else frame_bytes * 8 / emu.rate_bps
+    return emu.delay.min_delay() + serialize
+
+
+class SimTransport:
+    """What `ina.host.allreduce.Worker` needs of a transport, in the simulator: the core.
+    Rounds are driven by the `WorkerNode`, never by a blocking call."""
+
+    def __init__(self, core: TransportCore) -> None:
+        self.core = core
+
+    @property
+    def stats(self) -> TransportStats:
+        return self.core.stats
+
+    def reduce_round(self, rnd):
+        raise RuntimeError("in the simulator, rounds are driven by the simulation (a program)")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class SimNetwork:
+    """A built network: run programs on its workers with `run`."""
+
+    spec: NetworkSpec
+    engine: Engine
+    pipeline: Pipeline
+    switch: SwitchNode
+    workers: list[WorkerNode]
+
+    def run(self, programs: list[Program], until: float = math.inf) -> list[object]:
+        """Run ``programs[w]`` on worker ``w`` until all are done; their return values.
+        The first failure (e.g. a `ReduceTimeout`) is raised."""
+        if len(programs) != len(self.workers):
+            raise ValueError(f"{len(programs)} programs for {len(self.workers)} workers")
+        done = [False] * len(self.workers)
+
+        def finished(node: WorkerNode, _value: object) -> None:
+            done[self.workers.index(node)] = True
+            if node.error is not None or all(done):
+                self.engine.stop()
+
+        for node, program in zip(self.workers, programs, strict=True):
+            node.on_done = finished
+            node.run(program, at=self.engine.now)
+        self.engine.run(until)
+        for node in self.workers:
+            if node.error is not None:
+                raise node.error
+        if not all(done):
+            raise RuntimeError(f"the simulation stopped at {self.engine.now:.6f} s unfinished")
+        return [node.result for node in self.workers]
+
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+
+def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
+    """Wire the network of ``spec`` (see the module docstring)."""
+    engine = make_engine(spec.engine)
+    pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+    install_job_spec(pipeline, local_job(JOB_ID, spec.workers, spec.pool_size))
+    root = np.random.SeedSequence(spec.seed)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * spec.workers)
+    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, spec.workers, dtype=np.uint64)
+    cap_seed = spec.seed
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    ups = [link_emulator(spec.up, link_seeds[2 * w], cap_seed) for w in range(spec.workers)]
+    downs = [link_emulator(spec.down, link_seeds[2 * w + 1], cap_seed) for w in range(spec.workers)]
+    up_min = min(min_latency(e, frame) for e in ups)
+    down_min = min(min_latency(e, frame) for e in downs)
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    switch = SwitchNode(
+        engine, pipeline, up_min, rate_bps=spec.switch.rate_bps, latency=spec.switch.latency_s
+    )
+    workers = []
+    for w in range(spec.workers):
+        core = TransportCore(spec.worker_config(w), nonce=int(nonces[w]))
+        node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
+        node.uplink = Link(ups[w], switch.arrive)
+        switch.ports[(JOB_ID, w)] = Link(downs[w], node.deliver)
+        workers.append(node)
+    return SimNetwork(spec, engine, pipeline, switch, workers)
+
+
+def parse_link(
+    rate: str | None = "100G",
+    delay: str = "1us",
+    profile: str = "none",
+    loss: float = 0.0,
+    buffer: str | None = None,
+    capacity: str | None = None,
+) -> LinkSpec:
+    """A `LinkSpec` from command-line strings (``100G``, ``1us``, ``4MB``)."""
+    return LinkSpec(
+        rate_bps=None if rate in (None, "inf", "none") else units.rate(rate, "link rate"),
+        prop_delay_s=units.seconds(delay, "propagation delay"),
+        profile=profile,
+        loss=loss,
+        buffer_bytes=None if buffer in (None, "inf", "none") else units.size(buffer, "buffer"),
+        capacity=capacity,
+    )

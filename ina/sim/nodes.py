@@ -1,0 +1,375 @@
+"""The simulated network: workers and a switch joined by links, in virtual time.
+
+Every element is a small class; what it does is the real code, only the clock and the I/O
+are simulated:
+
+- a `WorkerNode` runs the worker transport's sans-I/O core (`TransportCore`, the same object
+  the UDP transport drives) and a *program*: a generator that yields switch rounds
+  (`ina.host.rounds.Round`, e.g. from `Worker.allreduce_steps`) and `Compute` delays;
+- the `SwitchNode` runs the switch model's `Pipeline` (the executable spec of the P4
+  program) on the packets in the order they arrive, behind a processing queue at the
+  switch's rate and a fixed pipeline latency, and replicates results to the job's multicast
+  group;
+- links are `ina.netem.LinkEmulator`: rate, FIFO buffer with tail drop, random loss, delay
+  profiles and capacity episodes, the same model the wall-clock emulated path uses.
+
+**Exact times, few events.** Every packet carries its own time from the moment it is sent
+to the moment it is processed, and each node processes a *window* of packets per event. That
+is safe because of lookahead, as in conservative parallel simulation: nothing that has not
+happened yet can reach the switch sooner than the shortest uplink latency after now, so at an
+event at time t the switch may process, in time order and at their own times, every packet
+already known to arrive before ``t + lookahead``; a worker likewise for every packet
+arriving before ``t + the shortest round trip`` (its own reaction cannot come back sooner),
+its next timer, or the next point its program resumes. The result is the same as one event
+per packet, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import math
+import time as wallclock
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ina.host.rounds import Reduced, Round
+from ina.host.transport_core import TransportCore
+from ina.netem import LinkEmulator
+from ina.protocol import FRAME_OVERHEAD
+from ina.sim.engine import Engine
+from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A program step that takes simulated time without the network (compute, codec)."""
+
+    seconds: float
+    what: str = "compute"
+
+
+Program = Generator[Round | Compute, Reduced | None, object]
+"""What a worker runs: yields rounds and compute steps; is sent each round's result."""
+
+
+class _Inbox:
+    """Packets on their way into a node, each with its arrival time."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._times: list[np.ndarray] = []
+        self._data: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self.first = math.inf  # the earliest arrival held
+
+    def add(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        self._times.append(times)
+        self._data.append(data)
+        self._lengths.append(lengths)
+        self.first = min(self.first, float(times.min()))
+
+    def take_before(self, horizon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every packet arriving before ``horizon``, in time order (ties: in order of
+        arrival at the inbox, which is deterministic)."""
+        if not self._times:
+            return np.zeros(0), np.zeros((0, self.width), np.uint8), np.zeros(0, np.int64)
+        if len(self._times) == 1:
+            t, d, n = self._times[0], self._data[0], self._lengths[0]
+        else:
+            t = np.concatenate(self._times)
+            d = np.concatenate(self._data)
+            n = np.concatenate(self._lengths)
+        order = np.argsort(t, kind="stable")
+        t, d, n = t[order], d[order], n[order]
+        cut = int(np.searchsorted(t, horizon, side="left"))
+        if cut < t.size:
+            self._times, self._data, self._lengths = [t[cut:]], [d[cut:]], [n[cut:]]
+            self.first = float(t[cut])
+        else:
+            self._times, self._data, self._lengths = [], [], []
+            self.first = math.inf
+        return t[:cut], d[:cut], n[:cut]
+
+
+class _Wakeup:
+    """One pending event of a node: scheduled again only when it must come earlier."""
+
+    def __init__(self, engine: Engine, fn: Callable[[], None]) -> None:
+        self.engine = engine
+        self.fn = fn
+        self.at = math.inf
+
+    def request(self, t: float) -> None:
+        t = max(t, self.engine.now)
+        if t < self.at:
+            self.at = t
+            self.engine.at(t, self._fire)
+
+    def _fire(self) -> None:
+        if self.engine.now != self.at:  # superseded by an earlier request that already ran
+            return
+        self.at = math.inf
+        self.fn()
+
+
+class Link:
+    """One direction of a link: a `LinkEmulator` that hands packets to ``deliver``."""
+
+    def __init__(
+        self, emulator: LinkEmulator, deliver: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+    ) -> None:
+        self.emulator = emulator
+        self.deliver = deliver
+        self.packets = 0
+        self.bytes = 0
+
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        """Packets ``data`` (rows, copied) enter the link at ``times`` (nondecreasing)."""
+        if not times.size:
+            return
+        frame = lengths + FRAME_OVERHEAD  # what occupies the wire: the whole frame
+        release = self.emulator.admit_batch(times, frame)
+        ok = ~np.isnan(release)
+        self.packets += int(ok.sum())
+        self.bytes += int(frame[ok].sum())
+        if ok.any():
+            self.deliver(release[ok], data[ok], lengths[ok])
+
+
+class SwitchNode:
+    """The switch: `Pipeline` behind a processing queue, then the job's multicast groups.
+
+    Args:
+        engine: the simulation kernel.
+        pipeline: the switch model's pipeline, jobs installed.
+        lookahead: the shortest time from "now" to any packet not yet known arriving.
+        rate_bps: how fast the pipeline takes packets (bits of frame per second); None:
+            at any rate (the ports are the bottleneck, as on a line-rate switch).
+        latency: the pipeline's latency, seconds.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        pipeline: Pipeline,
+        lookahead: float,
+        rate_bps: float | None = None,
+        latency: float = 0.0,
+    ) -> None:
+        self.engine = engine
+        self.pipeline = pipeline
+        self.lookahead = lookahead
+        self.latency = latency
+        self.queue = LinkEmulator(rate_bps=rate_bps)  # the processing queue (no loss, no delay)
+        self.inbox = _Inbox(pipeline.payload_bytes + 1)
+        self.ports: dict[tuple[int, int], Link] = {}  # (job_id, worker_id) -> downlink
+        self._wake = _Wakeup(engine, self._run)
+        self._out = Outputs.allocate(256, pipeline.payload_bytes)
+        self.batches = 0
+        self.unroutable = 0
+
+    def arrive(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        self.inbox.add(times, data, lengths)
+        self._wake.request(self.inbox.first)
+
+    def _run(self) -> None:
+        t, data, lengths = self.inbox.take_before(self.engine.now + self.lookahead)
+        if t.size:
+            self._process(t, data, lengths)
+        if self.inbox.first < math.inf:
+            self._wake.request(max(self.inbox.first, self.engine.now))
+
+    def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        done = self.queue.admit_batch(t, lengths + FRAME_OVERHEAD) + self.latency
+        if self._out.data.shape[0] < t.size:
+            self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
+        out = self._out
+        m = self.pipeline.process_batch(data, lengths, out)
+        self.batches += 1
+        if m == 0:
+            return
+        tables = self.pipeline.tables
+        # egress: one copy per destination worker, each port's copies in time order
+        by_port: dict[tuple[int, int], list[int]] = {}
+        for i, (dest, job_id, group) in enumerate(
+            zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
+        ):
+            targets = (
+                [rid for _, rid in tables.mcast_groups.get(group, ())]
+                if dest == MULTICAST
+                else [dest]
+            )
+            for w in targets:
+                by_port.setdefault((job_id, w), []).append(i)
+        when = done[out.src[:m]]
+        pb = self.pipeline.payload_bytes
+        for key, rows in by_port.items():
+            link = self.ports.get(key)
+            if link is None:
+                self.unroutable += len(rows)
+                continue
+            r = np.asarray(rows)
+            link.send(when[r], out.data[r, :pb].copy(), np.full(r.size, pb, np.int64))
+
+
+class WorkerNode:
+    """A worker: its transport core, its links, and the program it runs.
+
+    ``codec_time(wall_seconds)`` turns the wall time the program's own code took between two
+    yields (quantizing, compressing, peeling...) into simulated time (`ina.sim.compute`).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        core: TransportCore,
+        lookahead: float,
+        codec_time: Callable[[float], float] = lambda wall: 0.0,
+    ) -> None:
+        self.engine = engine
+        self.core = core
+        self.lookahead = lookahead
+        self.codec_time = codec_time
+        self.uplink: Link | None = None
+        self.inbox = _Inbox(core.pb + 1)
+        self._wake = _Wakeup(engine, self._on_inbox)
+        self._timer = _Wakeup(engine, self._on_timer)
+        self._program: Program | None = None
+        self._resume_at = math.inf  # when the program continues (inf: waiting on a round)
+        self._in_round = False
+        self.on_done: Callable[[WorkerNode, object], None] | None = None
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.finished_at = math.nan
+        # stats
+        self.wall_in_program = 0.0  # wall seconds spent in the program's own code
+        self.rounds = 0
+        self.round_time = 0.0  # simulated seconds inside rounds
+        self.compute_time = 0.0  # simulated seconds of Compute steps and codec time
+
+    # -- the program ---------------------------------------------------------------------
+
+    def run(self, program: Program, at: float | None = None) -> None:
+        """Start ``program`` at ``at`` (default: now)."""
+        self._program = program
+        start = self.engine.now if at is None else at
+        self._resume_at = start
+        self.engine.at(start, lambda: self._step(None))
+
+    def _step(self, value: Reduced | None) -> None:
+        now = self.engine.now
+        self._resume_at = math.inf
+        t0 = wallclock.perf_counter()
+        try:
+            item = self._program.send(value)
+        except StopIteration as stop:
+            self.wall_in_program += wallclock.perf_counter() - t0
+            self.result, self.finished_at = stop.value, now
+            self._program = None
+            if self.on_done is not None:
+                self.on_done(self, stop.value)
+            return
+        except Exception as e:  # the program failed (e.g. LengthMismatch): stop this worker
+            self.error, self.finished_at = e, now
+            self._program = None
+            if self.on_done is not None:
+                self.on_done(self, e)
+            return
+        wall = wallclock.perf_counter() - t0
+        self.wall_in_program += wall
+        codec = self.codec_time(wall)
+        self.compute_time += codec
+        if isinstance(item, Compute):
+            self.compute_time += item.seconds
+            self._continue_at(now + codec + item.seconds, None)
+        elif isinstance(item, Round):
+            self._start_round(now + codec, item)
+        else:
+            raise TypeError(f"a worker program yields Round or Compute, not {item!r}")
+
+    def _continue_at(self, t: float, value: Reduced | None) -> None:
+        self._resume_at = t
+        self.engine.at(t, lambda: self._step(value))
+
+    def _start_round(self, t: float, rnd: Round) -> None:
+        def start() -> None:
+            self._resume_at = math.inf  # the program waits on the round now
+            self.rounds += 1
+            self._round_started = self.engine.now
+            self.core.start(rnd, self.engine.now)
+            if self.core.idle:  # an empty round: nothing to send
+                self._step(self.core.result())
+                return
+            self._in_round = True
+            self._after_core()
+
+        self._resume_at = t
+        self.engine.at(t, start)
+
+    # -- packets and timers --------------------------------------------------------------
+
+    def deliver(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        self.inbox.add(times, data, lengths)
+        self._wake.request(self.inbox.first)
+
+    def _on_inbox(self) -> None:
+        now = self.engine.now
+        if self.core.deadline() <= now:
+            self._tick(now)
+        horizon = min(now + self.lookahead, self.core.deadline(), self._resume_at)
+        t, data, lengths = self.inbox.take_before(max(horizon, now + 1e-12))
+        if t.size:
+            try:
+                self.core.receive(data, lengths, t)
+            except Exception as e:
+                self._fail(e)
+                return
+            self._after_core()
+        if self.inbox.first < math.inf:
+            self._wake.request(max(self.inbox.first, now))
+
+    def _on_timer(self) -> None:
+        self._tick(self.engine.now)
+        self._after_core()
+
+    def _tick(self, now: float) -> None:
+        try:
+            self.core.tick(now)
+        except Exception as e:  # a ReduceTimeout: the program sees it
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        self._in_round = False
+        if self._program is None:
+            return
+        try:
+            self._program.throw(e)
+        except BaseException as err:  # the program did not handle it
+            self.error, self.finished_at = err, self.engine.now
+            self._program = None
+            if self.on_done is not None:
+                self.on_done(self, err)
+
+    def _after_core(self) -> None:
+        """Send what the core wants sent, arm its timer, resume the program if the round
+        is complete."""
+        sends = self.core.pop_sends()
+        if sends and self.uplink is not None:
+            if len(sends) == 1:
+                buf, rows, at = sends[0]
+                data, times = buf[rows], np.asarray(at)
+            else:
+                data = np.concatenate([buf[rows] for buf, rows, _ in sends])
+                times = np.concatenate([np.asarray(at) for _, _, at in sends])
+                order = np.argsort(times, kind="stable")
+                data, times = data[order], times[order]
+            self.uplink.send(times, data, np.full(times.size, self.core.pb, np.int64))
+        if self._in_round and self.core.idle:
+            self._in_round = False
+            done = max(self.core.finished_at, self.engine.now)
+            self.round_time += done - self._round_started
+            self._continue_at(done, self.core.result())
+        d = self.core.deadline()
+        if d < math.inf:
+            self._timer.request(max(d, self.engine.now))

@@ -1,0 +1,106 @@
+"""Command-line options of the simulated network, shared by every simulated command
+(`ina sim allreduce`, `ina sim validate`, `ina train --sim`, experiments).
+
+`add_network_arguments(parser)` adds them; `network_spec(args, workers, lanes, pool)` turns
+them into a `NetworkSpec`, raising ValueError with a one-line message for anything that
+does not parse or is out of range (the commands print it and exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ina.sim import units
+from ina.sim.engine import ENGINES
+from ina.sim.network import NetworkSpec, SwitchSpec, parse_link
+
+
+def add_network_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The network model: links both ways alike unless ``--up-*``/``--down-*`` say
+    otherwise, the switch, the engine and the transport's timers."""
+    g = p.add_argument_group("simulated network")
+    g.add_argument("--link-rate", default="100G", help="link rate, bit/s (100G, 25G, 10M...)")
+    g.add_argument("--prop-delay", default="1us", help="one-way propagation delay per link")
+    g.add_argument(
+        "--link-profile",
+        default="none",
+        help="extra delay per packet from an ina.netem profile (none, constant, low, high, "
+        "trace:PATH; with parameters, e.g. high:episode_on_s=5)",
+    )
+    g.add_argument("--link-loss", type=float, default=0.0, help="loss probability per packet")
+    g.add_argument("--buffer", default="none", help="queue size per link direction (e.g. 1MB)")
+    g.add_argument(
+        "--capacity",
+        help="cross traffic on the worker links: episodes[:share=0.1:on_s=1:off_s=3"
+        "[:fixed=1]] or trace:PATH (lines 'TIME_S SHARE')",
+    )
+    g.add_argument("--up-rate", help="uplink (worker to switch) rate, if not --link-rate")
+    g.add_argument("--down-rate", help="downlink (switch to worker) rate, if not --link-rate")
+    g.add_argument(
+        "--switch-rate",
+        default="none",
+        help="how fast the switch pipeline takes packets, bit/s (none: line rate)",
+    )
+    g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
+    g.add_argument("--engine", default="heap", choices=sorted(ENGINES), help="event kernel")
+    g.add_argument("--sim-seed", type=int, help="seed of the network's random streams")
+    g.add_argument("--rto", default="50ms", help="initial retransmission timeout")
+    g.add_argument("--min-rto", default="20ms", help="lower bound of the adaptive timeout")
+
+
+def network_spec(
+    args: argparse.Namespace, workers: int, lanes: int, pool_size: int, seed: int = 0
+) -> NetworkSpec:
+    """The `NetworkSpec` the options describe (ValueError: a one-line reason)."""
+
+    def link(rate: str | None):
+        return parse_link(
+            rate=rate or args.link_rate,
+            delay=args.prop_delay,
+            profile=args.link_profile,
+            loss=args.link_loss,
+            buffer=args.buffer,
+            capacity=args.capacity,
+        )
+
+    switch_rate = None if args.switch_rate in ("none", "inf") else units.rate(args.switch_rate)
+    return NetworkSpec(
+        workers=workers,
+        up=link(args.up_rate),
+        down=link(args.down_rate),
+        switch=SwitchSpec(switch_rate, units.seconds(args.switch_latency, "switch latency")),
+        lanes=lanes,
+        pool_size=pool_size,
+        seed=seed if args.sim_seed is None else args.sim_seed,
+        engine=args.engine,
+        rto_s=units.seconds(args.rto, "rto"),
+        min_rto_s=units.seconds(args.min_rto, "min rto"),
+    )
+
+
+def describe(spec: NetworkSpec) -> str:
+    """One line naming the model and its parameters (every result says what made it)."""
+
+    def rate(r: float | None) -> str:
+        if r is None:
+            return "unlimited "
+        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if r >= scale:
+                return f"{r / scale:g}{unit}"
+        return f"{r:g}"
+
+    up, down, sw = spec.up, spec.down, spec.switch
+    extra = [
+        f"profile {up.profile}" if up.profile != "none" else "",
+        f"loss {up.loss:g}" if up.loss else "",
+        f"buffer {up.buffer_bytes:g} B" if up.buffer_bytes else "",
+        f"capacity {up.capacity}" if up.capacity else "",
+    ]
+    return (
+        f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
+        f"{up.prop_delay_s * 1e6:g} us propagation"
+        + "".join(f", {e}" for e in extra if e)
+        + f"; switch {'at line rate' if sw.rate_bps is None else rate(sw.rate_bps) + 'bit/s'}, "
+        f"{sw.latency_s * 1e6:g} us latency; "
+        f"{spec.lanes} lanes, pool {spec.pool_size}; engine {spec.engine}, seed {spec.seed}"
+    )

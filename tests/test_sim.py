@@ -1,0 +1,168 @@
+"""The virtual-time simulator: physics (rates, queues, drops, capacity), exactness against
+the UDP path, determinism, and its command's errors. Simulated time is deterministic, so
+these tests assert it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ina.host.allreduce import Worker
+from ina.protocol import FRAME_OVERHEAD, packet_bytes
+from ina.sim.allreduce import run, workers_for
+from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, build
+
+FRAME = packet_bytes(256) + FRAME_OVERHEAD
+
+
+def spec(**kw) -> NetworkSpec:
+    base = dict(workers=4, lanes=256, pool_size=64, seed=1)
+    return NetworkSpec(**{**base, **kw})
+
+
+def chunks(n: int, lanes: int = 256) -> int:
+    return -(-n // lanes)
+
+
+def test_an_allreduce_never_beats_its_bytes_over_the_link_rate():
+    for rate in (1e9, 10e9, 100e9):
+        s = spec(up=LinkSpec(rate_bps=rate), down=LinkSpec(rate_bps=rate))
+        r = run(s, size=100_000, iters=2)
+        assert r["exact"]
+        # the SUM round alone puts every chunk's frame through each worker's uplink
+        bound = chunks(100_000) * FRAME * 8 / rate
+        assert all(t > bound for t in r["call_seconds"])
+        assert r["call_seconds"][1] < 1.5 * bound + 100e-6  # and is bandwidth-bound here
+
+
+def test_latency_bound_calls_pay_round_trips():
+    s = spec(up=LinkSpec(prop_delay_s=50e-6), down=LinkSpec(prop_delay_s=50e-6))
+    r = run(s, size=100, iters=2)
+    # a call is two rounds (scales, then sums), each at least one round trip
+    assert r["call_seconds"][1] >= 2 * 100e-6
+
+
+def test_offered_load_above_the_rate_queues_then_overflows_into_drops_and_retransmissions():
+    slow = LinkSpec(rate_bps=1e9)
+    net = build(spec(up=slow, down=slow, pool_size=64))
+    ws = workers_for(net)
+    x = [np.ones(64 * 256, np.float32) * (w + 1) for w in range(4)]
+    samples: list[np.ndarray] = []
+    net.workers[0].core.rtt_listener = samples.append
+    net.run([ws[w].allreduce_steps(x[w]) for w in range(4)])
+    rtt = np.concatenate(samples)
+    base = 2 * (1e-6 + FRAME * 8 / 1e9) + 1e-6
+    # a whole window sent at once waits in the uplink's queue: delays grow along the window
+    assert rtt.max() > 10 * base and rtt.min() < 3 * base
+    # the same with a buffer of 8 frames: the queue overflows, packets are tail-dropped,
+    # retransmitted, and every sum is still exact
+    small = LinkSpec(rate_bps=1e9, buffer_bytes=8 * FRAME)
+    r = run(spec(up=small, down=small, rto_s=0.001, min_rto_s=0.0005), size=64 * 256, iters=2)
+    assert r["exact"] and r["retransmissions"] > 0
+
+
+def test_capacity_episodes_stretch_the_step_by_their_share():
+    full = run(spec(), size=200_000, iters=1)["call_seconds"][0]
+    # cross traffic takes half of every link for the whole run (an episode from t = 0+)
+    half = LinkSpec(capacity="episodes:share=0.5:on_s=100:off_s=1e-9:fixed=1")
+    halved = run(spec(up=half, down=half), size=200_000, iters=1)["call_seconds"][0]
+    assert 1.7 < halved / full < 2.1
+    # episodes that start after the call leave it alone
+    later = LinkSpec(capacity="episodes:share=0.5:on_s=1:off_s=10:fixed=1")
+    same = run(spec(up=later, down=later), size=200_000, iters=1)["call_seconds"][0]
+    assert same == full
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.01, 0.1])
+def test_simulated_sums_are_exact_and_equal_the_udp_paths(loss, harness_factory):
+    n = 20_000
+    rng = np.random.default_rng(5)
+    x = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    lossy = LinkSpec(loss=loss)
+    net = build(spec(workers=3, up=lossy, down=lossy, rto_s=1e-4, min_rto_s=1e-4))
+    sim = workers_for(net)
+    net.run([sim[w].allreduce_steps(x[w]) for w in range(3)])
+    expected = np.add.reduce([w.last_ints for w in sim], dtype=np.int32)
+    for w in sim:
+        np.testing.assert_array_equal(w.last_int_sums, expected)
+    # the same tensors through the UDP switch model: the same integers, bit for bit
+    h = harness_factory(3, lanes=256, pool_size=64)
+
+    def udp(w: int):
+        with Worker(h.config(w)) as worker:
+            worker.allreduce(x[w])
+            return worker.last_int_sums
+
+    for got in h.run(udp).values():
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_compressed_allreduce_in_simulation_is_exact():
+    r = run(spec(), size=50_000, iters=3, density=0.05)
+    assert r["exact"] and r["counters"]["runs"] == 1
+
+
+def test_same_seed_same_result_any_engine_and_different_seeds_differ():
+    lossy = LinkSpec(loss=0.05, profile="low")
+    timers = dict(rto_s=1e-3, min_rto_s=1e-3)
+    a = run(spec(up=lossy, down=lossy, **timers), size=30_000, iters=2, seed=3)
+    b = run(spec(up=lossy, down=lossy, engine="simpy", **timers), size=30_000, iters=2, seed=3)
+    c = run(spec(up=lossy, down=lossy, seed=9, **timers), size=30_000, iters=2, seed=3)
+
+    def sim_fields(r):
+        return {k: v for k, v in r.items() if not k.startswith("wall_") and k != "model"}
+
+    assert sim_fields(a) == sim_fields(b)
+    assert sim_fields(a) != sim_fields(c)
+
+
+def test_the_switch_rate_limits_aggregation():
+    fast = run(spec(), size=100_000, iters=1)["call_seconds"][0]
+    s = spec(switch=SwitchSpec(rate_bps=50e9))  # 4 workers x 100G into a 50G pipeline
+    slow = run(s, size=100_000, iters=1)["call_seconds"][0]
+    assert slow > 4 * fast  # 400G of offered load through 50G: ~8x, minus the latency share
+
+
+def test_ina_sim_allreduce_writes_the_same_file_twice_apart_from_wall_fields(tmp_path):
+    outs = []
+    for i in range(2):
+        cmd = [sys.executable, "-m", "ina", "sim", "allreduce", "--workers", "3", "--size"]
+        cmd += ["5000", "--iters", "2", "--link-loss", "0.02", "--out", str(tmp_path / str(i))]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "every sum exact: yes" in r.stdout
+        outs.append(json.loads((tmp_path / str(i) / "result.json").read_text()))
+    walls = [k for k in outs[0] if k.startswith("wall_")]
+    assert walls
+    for o in outs:
+        for k in walls:
+            del o[k]
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--link-rate", "fast"], "link rate 'fast' does not parse"),
+        (["--link-rate=-3G"], "does not parse"),
+        (["--prop-delay", "1 parsec"], "propagation delay"),
+        (["--link-profile", "bogus"], "unknown link profile"),
+        (["--buffer", "0"], "buffer must be > 0"),
+        (["--capacity", "episodes:share=2"], "share must be in (0, 1]"),
+        (["--capacity", "sometimes"], "unknown capacity model"),
+        (["--workers", "40"], "workers must be 1..32"),
+        (["--pool", "100"], "power of two"),
+        (["--link-loss", "1.5"], "loss must be in [0, 1)"),
+        (["--density", "0"], "--density"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args, message):
+    cmd = [sys.executable, "-m", "ina", "sim", "allreduce", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr

@@ -1,0 +1,204 @@
+"""The worker transport's sans-I/O core, driven with synthetic time and no sockets.
+
+The cores talk to the switch model's `Pipeline` through a small in-test "wire" that can
+lose, duplicate and reorder packets; time is a number the test advances. The UDP transport
+and the simulator drive the same core, so what holds here holds for both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ina.host.rounds import Round
+from ina.host.transport_core import JoinTimeout, ReduceTimeout, TransportCore, WorkerConfig
+from ina.protocol import HEADER_BYTES, HEADER_DTYPE, Flag, Op
+from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+from ina.switch_model.run import install_job_spec
+from ina.switch_model.tables import local_job
+
+LANES = 16
+
+
+def config(w: int, n: int, **kw) -> WorkerConfig:
+    base = dict(job_id=1, worker_id=w, num_workers=n, pool_size=4, lanes=LANES)
+    return WorkerConfig(**{**base, **kw})
+
+
+class Wire:
+    """N cores and a pipeline; every `step` moves all pending packets one hop, with seeded
+    loss, duplication and reordering, and advances the clock by ``dt``."""
+
+    def __init__(self, n: int, loss=0.0, dup=0.0, reorder=False, seed=0, dt=1e-3, **kw):
+        self.pipeline = Pipeline(lanes=LANES, pool_total=64)
+        install_job_spec(self.pipeline, local_job(1, n, pool_size=4))
+        self.cores = [TransportCore(config(w, n, **kw), nonce=1000 + w) for w in range(n)]
+        self.silent: set[int] = set()  # workers that neither send nor receive any more
+        self.rng = np.random.default_rng(seed)
+        self.loss, self.dup, self.reorder, self.dt = loss, dup, reorder, dt
+        self.now = 0.0
+        self.to_switch: list[bytes] = []
+        self.out = Outputs.allocate(4096, self.pipeline.payload_bytes)
+
+    def impair(self, packets: list) -> list:
+        kept = [p for p in packets if self.rng.random() >= self.loss]
+        kept += [p for p in kept if self.rng.random() < self.dup]
+        if self.reorder:
+            self.rng.shuffle(kept)
+        return kept
+
+    def collect(self) -> None:
+        for w, core in enumerate(self.cores):
+            if w in self.silent:
+                continue
+            for buf, rows, _ in core.pop_sends():
+                self.to_switch += [buf[r].tobytes() for r in rows]
+
+    def step(self) -> None:
+        self.collect()
+        packets, self.to_switch = self.impair(self.to_switch), []
+        pb = self.pipeline.payload_bytes
+        inbox: list[list[bytes]] = [[] for _ in self.cores]
+        if packets:
+            data = np.frombuffer(b"".join(packets), np.uint8).reshape(len(packets), pb)
+            m = self.pipeline.process_batch(data, np.full(len(packets), pb), self.out)
+            for i in range(m):
+                payload = self.out.data[i, :pb].tobytes()
+                dests = (
+                    range(len(self.cores)) if self.out.dest[i] == MULTICAST else [self.out.dest[i]]
+                )
+                for d in dests:
+                    inbox[d] += self.impair([payload])
+        self.now += self.dt
+        for w, (core, got) in enumerate(zip(self.cores, inbox, strict=True)):
+            if w in self.silent:
+                continue
+            if got:
+                rx = np.frombuffer(b"".join(got), np.uint8).reshape(len(got), pb)
+                core.receive(rx, np.full(len(got), pb), self.now)
+            core.tick(self.now)
+
+    def reduce_all(self, values: list[np.ndarray], op: Op = Op.SUM, max_steps: int = 5000):
+        for core, v in zip(self.cores, values, strict=True):
+            core.start(Round(v, op), self.now)
+        for _ in range(max_steps):
+            if all(c.idle for w, c in enumerate(self.cores) if w not in self.silent):
+                return [c.result() for c in self.cores]
+            self.step()
+        raise AssertionError("the reduction did not finish")
+
+
+@pytest.mark.parametrize("loss,dup,reorder", [(0, 0, False), (0.1, 0.1, True), (0.3, 0.2, True)])
+@pytest.mark.parametrize("n", [2, 5])
+def test_exact_sums_under_loss_duplication_and_reordering(n, loss, dup, reorder):
+    wire = Wire(
+        n, loss=loss, dup=dup, reorder=reorder, seed=n, rto=0.003, min_rto=0.002, max_rto=0.02
+    )
+    rng = np.random.default_rng(7)
+    for op in (Op.SUM, Op.OR, Op.MAX, Op.SUM):
+        values = [rng.integers(-(2**31), 2**31, 150).astype(np.int32) for _ in range(n)]
+        expected = {
+            Op.SUM: np.add.reduce(values, dtype=np.int32),
+            Op.OR: np.bitwise_or.reduce(values),
+            Op.MAX: np.max(values, axis=0),
+        }[op]
+        for r in wire.reduce_all(values, op):
+            np.testing.assert_array_equal(r.values, expected)
+    if loss:
+        assert sum(c.stats.retransmissions for c in wire.cores) > 0
+
+
+def test_the_first_call_joins_a_run_and_every_packet_carries_its_epoch():
+    wire = Wire(2)
+    wire.reduce_all([np.ones(40, np.int32)] * 2)
+    assert [c.epoch for c in wire.cores] == [1, 1]
+    wire.reduce_all([np.ones(40, np.int32)] * 2)
+    for c in wire.cores:
+        assert c.stats.joins == 1 and c.next_seq == 2 * 3  # 40 values: 3 chunks per call
+        c.start(Round(np.ones(40, np.int32)), wire.now)
+        ((buf, rows, _),) = c.pop_sends()
+        hdr = buf[rows, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
+        assert set(hdr["epoch"].tolist()) == {1} and hdr["seq"].tolist()[0] == 6
+
+
+def test_rto_backs_off_to_the_maximum_and_a_silent_switch_times_out():
+    core = TransportCore(config(0, 2, rto=0.01, max_rto=0.04, timeout=0.5), nonce=5)
+    core.start(Round(np.ones(10, np.int32)), 0.0)
+    sent = [0.0]
+    core.pop_sends()
+    now = 0.0
+    with pytest.raises(JoinTimeout, match="never answered"):
+        while True:
+            now = core.deadline()
+            core.tick(now)
+            if core.pop_sends():
+                sent.append(now)
+    gaps = np.diff(sent)
+    np.testing.assert_allclose(gaps[:3], [0.01, 0.02, 0.04])  # doubling ...
+    assert gaps.max() == pytest.approx(0.04)  # ... up to max_rto
+    assert now == pytest.approx(0.5, abs=0.05)
+
+
+def test_karn_samples_only_chunks_never_retransmitted_at_their_own_arrival_times():
+    wire = Wire(2, dt=0.001)
+    wire.reduce_all([np.zeros(4, np.int32)] * 2)  # join first
+    samples: list[list[np.ndarray]] = [[], []]
+    for c, mine in zip(wire.cores, samples, strict=True):
+        c.rtt_listener = mine.append
+    core0, core1 = wire.cores
+    t0 = wire.now
+    for c in wire.cores:
+        c.start(Round(np.ones(3 * LANES, np.int32)), t0)  # 3 chunks
+    wire.collect()
+    # worker 1's chunk 2 is lost once: worker 1 retransmits it, so it may sample only
+    # chunks 0 and 1 (Karn), never the ambiguous chunk 2
+    chunk2 = core1.next_seq - 1
+    lost = [p for p in wire.to_switch if p[3] == 1 and int.from_bytes(p[8:12], "big") == chunk2]
+    wire.to_switch.remove(lost[0])
+    while not (core0.idle and core1.idle):
+        wire.step()
+    assert core1.stats.retransmissions == 1
+    worker1 = np.concatenate(samples[1])
+    assert worker1.size == 2
+    np.testing.assert_allclose(worker1, wire.dt)  # one step there and back
+    # arrival times given per packet are used as given
+    core = TransportCore(config(0, 1), nonce=9)
+    core.epoch = 1
+    core.start(Round(np.ones(2 * LANES, np.int32)), 10.0)
+    ((buf, rows, at),) = core.pop_sends()
+    np.testing.assert_array_equal(at, [10.0, 10.0])
+    reply = buf[rows].copy()
+    hdr = reply[:, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
+    hdr["flags"] = Flag.RESULT
+    reply[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(2, HEADER_BYTES)
+    got: list[np.ndarray] = []
+    core.rtt_listener = got.append
+    core.receive(reply, np.full(2, core.pb), np.array([10.002, 10.005]))
+    np.testing.assert_allclose(np.concatenate(got), [0.002, 0.005])
+    assert core.idle and core.finished_at == pytest.approx(10.005)
+
+
+def test_a_missing_worker_is_named_from_the_pending_bitmap():
+    wire = Wire(3, rto=0.002, min_rto=0.001, timeout=0.05)
+    wire.reduce_all([np.zeros(4, np.int32)] * 3)  # everyone joins
+    wire.silent.add(1)  # worker 1 stops answering
+    for w, c in enumerate(wire.cores):
+        if w != 1:
+            c.start(Round(np.ones(10, np.int32)), wire.now)
+    with pytest.raises(ReduceTimeout, match=r"missing workers \[1\]"):
+        for _ in range(1000):
+            wire.step()
+
+
+def test_a_check_on_the_first_chunk_aborts_the_call_early():
+    wire = Wire(2)
+    wire.reduce_all([np.zeros(4, np.int32)] * 2)
+
+    def check(lanes):
+        raise ValueError("disagree")
+
+    wire.cores[0].start(Round(np.ones(3 * LANES, np.int32), Op.MAX, check=check), wire.now)
+    wire.cores[1].start(Round(np.ones(3 * LANES, np.int32), Op.MAX), wire.now)
+    with pytest.raises(ValueError, match="disagree"):
+        for _ in range(100):
+            wire.step()
