@@ -281,7 +281,7 @@ def test_capacity_trace_replays_and_loops(tmp_path):
     )
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1 nope\n")
-    with pytest.raises(ValueError, match="bad.txt:2"):
+    with pytest.raises(ValueError, match=r"bad\.txt:2"):
         CapacityTrace(bad)
     bad.write_text("0 1\n")
     with pytest.raises(ValueError, match="at least two"):

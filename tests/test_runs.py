@@ -59,7 +59,7 @@ def counters(p: Pipeline) -> dict[str, int]:
 def test_the_last_join_completes_the_run_and_multicasts_its_epoch():
     p = pipeline_with_job()
     assert join(p, 2, 0xAAAA) == [] and join(p, 0, 0xBBBB) == []  # absorbed
-    ((dest, job, group, payload),) = join(p, 1, 0xCCCC)
+    ((dest, _, group, payload),) = join(p, 1, 0xCCCC)
     h, _ = decode_packet(payload)
     assert dest == MULTICAST and group == p.tables.jobs[1].mcast_grp
     assert h.op == Op.JOIN and h.flags == Flag.RESULT
@@ -148,7 +148,7 @@ def check_exact(out: dict[int, tuple]) -> None:
     for r in out.values():
         assert len(r) == 4, f"a worker failed: {r[0]!r}"
     expected = np.add.reduce([r[1] for r in out.values()], dtype=np.int32)
-    for total, _, sums, joins in out.values():
+    for _, _, sums, joins in out.values():
         np.testing.assert_array_equal(sums, expected)
         assert joins == 1
 
