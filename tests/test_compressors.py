@@ -419,3 +419,26 @@ def test_nothing_to_send_and_empty_tensors():
         assert np.all(reds[0][0].grad == (0 if name != "signsgd" else 1)), name
     reds, _ = run_group("threshold", grads(2, 50, 1), threshold=1e9)
     assert [op.name for op, _ in reds[0][0].rounds] == ["OR"] and not reds[0][0].grad.any()
+
+
+# --- the benchmark's command line ---------------------------------------------------------
+
+
+def test_bench_compressors_runs_and_refuses_bad_rows(capsys):
+    from ina.cli import main
+
+    argv = ["bench", "compressors", "--quick", "--workers", "3", "--repeats", "1"]
+    assert main([*argv, "--method", "qsgd:levels=7", "--method", "natural"]) == 0
+    out = capsys.readouterr().out
+    assert "| qsgd levels=7 | sum | MAX SUM |" in out and "| natural | allgather | SUM |" in out
+    assert "| NO |" not in out
+    for row, message in (
+        ("nope", "unknown compressor 'nope'; known: dgc, "),
+        ("qsgd:levels", "compressor argument 'levels' is not key=value"),
+        ("qsgd:level=3", "qsgd: unknown argument 'level'"),
+        ("topk:ratio=abc", "topk: ratio='abc' is not a float"),
+    ):
+        assert main([*argv, "--method", "signsgd", "--method", row]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+        assert err.startswith("ina bench compressors: error: ")
