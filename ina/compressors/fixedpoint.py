@@ -47,15 +47,16 @@ class BlockFixedPoint(SummedQuantizer):
 
     def encode(self, flat, agreed, key: Hashable, step: int) -> tuple[list[Field], Context]:
         s = self.levels
-        scale = per_value(exponent_scale(np.asarray(agreed)), flat.size, self.block)
-        q = np.clip(np.rint(flat / scale * s), -s, s).astype(np.int64)
+        factor = per_value(s / exponent_scale(np.asarray(agreed)), flat.size, self.block)
+        q = np.rint(flat * factor)  # s / 2^E is exact: a multiply, not a divide
+        np.clip(q, -s, s, out=q)
+        q = q.astype(np.int64)
         ctx = BlockContext((flat.size,), "<f8", np.asarray(agreed), self.block, s)
         return [Field(q, -s, s)], ctx
 
     def decode(self, ints: Sequence[np.ndarray], ctx: BlockContext, count: int) -> np.ndarray:
         v = np.asarray(ints[0], np.float64)
-        scale = per_value(exponent_scale(ctx.exps), v.size, ctx.block)
-        return v * scale / ctx.levels
+        return v * per_value(exponent_scale(ctx.exps) / ctx.levels, v.size, ctx.block)
 
     def error_bound(self, ctx: BlockContext, count: int = 1) -> np.ndarray:
         """Largest |decoded - exact| per value for ``count`` workers' sum."""

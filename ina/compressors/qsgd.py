@@ -73,12 +73,13 @@ class QSGD(SummedQuantizer):
     def encode(self, flat, agreed, key: Hashable, step: int) -> tuple[list[Field], Context]:
         norms = bits_float(agreed)
         s = self.levels
-        norm = per_value(norms, flat.size, self.bucket)
-        ratio = np.abs(flat) / np.where(norm > 0, norm, 1.0) * s
+        inv = per_value(s / np.where(norms > 0, norms, 1.0), flat.size, self.bucket)
+        ratio = np.abs(flat) * inv  # in [0, s]: |x| <= own norm <= agreed norm
         low = np.floor(ratio)
-        up = self.rng(key, step).random(flat.size) < ratio - low
-        q = np.clip(low + up, 0, s).astype(np.int64)
-        q[flat < 0] *= -1
+        ratio -= low
+        low += self.rng(key, step).random(flat.size) < ratio  # stochastic rounding
+        np.clip(low, 0, s, out=low)
+        q = np.copysign(low, flat).astype(np.int64)
         return [Field(q, -s, s)], NormContext((flat.size,), "<f8", norms, self.bucket, s)
 
     def decode(self, ints: Sequence[np.ndarray], ctx: NormContext, count: int) -> np.ndarray:

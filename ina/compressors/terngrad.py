@@ -73,10 +73,9 @@ class TernGrad(SummedQuantizer):
     def encode(self, flat, agreed, key: Hashable, step: int) -> tuple[list[Field], Context]:
         g = self._clipped(flat)
         scales = bits_float(agreed)
-        s = per_value(scales, g.size, self.block)
-        p = np.abs(g) / np.where(s > 0, s, 1.0)
-        q = (self.rng(key, step).random(g.size) < p).astype(np.int64)
-        q[g < 0] *= -1
+        inv = per_value(1.0 / np.where(scales > 0, scales, 1.0), g.size, self.block)
+        p = np.abs(g) * inv  # P(|b| = 1), at most 1: |g| <= own max <= agreed scale
+        q = np.copysign(self.rng(key, step).random(g.size) < p, g).astype(np.int64)
         return [Field(q, -1, 1)], ScaleContext((g.size,), "<f8", scales, self.block)
 
     def decode(self, ints: Sequence[np.ndarray], ctx: ScaleContext, count: int) -> np.ndarray:
