@@ -149,7 +149,7 @@ class Compressor(abc.ABC):
 
     def reduce_steps(self, tensor: np.ndarray, key: Hashable = "") -> Steps[Reduction]:
         """Aggregate ``tensor`` over all workers through the switch: yields the rounds."""
-        x, flat = _float_input(tensor)
+        x, flat = float_input(tensor)
         step = self._next_step(key)
         rounds: list[tuple[Op, int]] = []
         out = yield from _tally(self._reduce_steps(flat, key, step, x.shape), rounds)
@@ -232,17 +232,21 @@ def coerce(owner: str, name: str, value: object, default: object) -> object:
     return value
 
 
+def compressor_class(name: str) -> type[Compressor]:
+    """The class registered as ``name`` (ValueError in one line naming the known ones)."""
+    try:
+        return COMPRESSORS[name]
+    except KeyError:
+        known = ", ".join(sorted(COMPRESSORS))
+        raise ValueError(f"unknown compressor {name!r}; known: {known}") from None
+
+
 def make_compressor(
     name: str, num_workers: int = 1, worker: int = 0, seed: int = 0, **params: object
 ) -> Compressor:
     """The compressor registered as ``name``; string ``params`` are converted to the type of
     each parameter's default. Unknown names and arguments are one-line ValueErrors."""
-    try:
-        cls = COMPRESSORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown compressor {name!r}; known: {', '.join(sorted(COMPRESSORS))}"
-        ) from None
+    cls = compressor_class(name)
     known = hyperparameters(cls)
     for p in params:
         if p not in known:
@@ -388,7 +392,7 @@ def per_value(per_block: np.ndarray, n: int, block: int) -> np.ndarray:
     return np.repeat(per_block, size)[:n]
 
 
-def _float_input(tensor) -> tuple[np.ndarray, np.ndarray]:
+def float_input(tensor) -> tuple[np.ndarray, np.ndarray]:
     """The tensor as a numpy array and its flat float64 copy; non-finite values refused."""
     x = np.asarray(tensor)
     if not np.issubdtype(x.dtype, np.floating):

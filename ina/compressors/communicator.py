@@ -26,7 +26,14 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from ina.compressors.base import COMPRESSORS, Compressor, Reduction, coerce, hyperparameters
+from ina.compressors.base import (
+    Compressor,
+    Reduction,
+    coerce,
+    compressor_class,
+    hyperparameters,
+    make_compressor,
+)
 from ina.compressors.memory import MEMORIES, Memory
 from ina.host.rounds import Reduce, Steps, plain, run_blocking
 
@@ -90,12 +97,7 @@ def make_communicator(
         if k in params:
             raise ValueError(f"compressor argument {k!r} given twice")
         params[k] = v
-    try:
-        cls = COMPRESSORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown compressor {name!r}; known: {', '.join(sorted(COMPRESSORS))}"
-        ) from None
+    cls = compressor_class(name)
     mem_name = str(params.pop("memory", cls.memory))
     try:
         mem_cls = MEMORIES[mem_name]
@@ -108,13 +110,13 @@ def make_communicator(
     mem_args: dict[str, object] = {}
     for k, v in params.items():
         if k in comp_known:
-            comp_args[k] = coerce(name, k, v, comp_known[k])
+            comp_args[k] = v
         elif k in mem_known:
             mem_args[k] = coerce(f"{name} ({mem_name} memory)", k, v, mem_known[k])
         else:
             known = [*comp_known, *mem_known, "memory"]
             raise ValueError(f"{name}: unknown argument {k!r}; known: {', '.join(known)}")
-    compressor = cls(num_workers, worker, seed, **comp_args)
+    compressor = make_compressor(name, num_workers, worker, seed, **comp_args)
     return Communicator(compressor, mem_cls(**mem_args))
 
 

@@ -27,9 +27,9 @@ from ina.compressors.base import (
     Compressor,
     Context,
     Outcome,
-    _float_input,
     allgather_steps,
     context,
+    float_input,
     register,
     restore,
 )
@@ -103,7 +103,7 @@ class Natural(Compressor):
     summary = "sign + 7-bit exponent; sums of powers of two are not codes: all-gather"
 
     def compress(self, tensor, key: Hashable = "") -> tuple[NaturalPayload, NaturalContext]:
-        _, flat = _float_input(tensor)
+        _, flat = float_input(tensor)
         p = encode(flat, self.rng(key, self._next_step(key)))
         return p, NaturalContext(**context(tensor), numel=flat.size)
 

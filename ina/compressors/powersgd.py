@@ -31,8 +31,8 @@ from ina.compressors.base import (
     Compressor,
     Context,
     Outcome,
-    _float_input,
     context,
+    float_input,
     key_hash,
     register,
     restore,
@@ -119,7 +119,7 @@ class PowerSGD(Compressor):
 
     def compress(self, tensor, key: Hashable = "") -> tuple[LowRank, LowRankContext]:
         """One worker's rank-r approximation (no switch): ``P^ = orth(M Q)``, ``Q = M^T P^``."""
-        x, flat = _float_input(tensor)
+        x, flat = float_input(tensor)
         self._next_step(key)
         m = self._matrix(flat, x.shape)
         r = min(self.rank, *m.shape) if m.size else 0

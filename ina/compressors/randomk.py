@@ -15,7 +15,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from ina.compressors.base import Aggregation, Compressor, Outcome, _float_input, context, register
+from ina.compressors.base import Aggregation, Compressor, Outcome, context, float_input, register
 from ina.compressors.sparse import Sparse, SparseContext, check_ratio, kept
 from ina.compressors.summed import dense_steps
 from ina.host.rounds import Steps
@@ -55,7 +55,7 @@ class RandomK(Compressor):
         return idx.astype(np.int64, copy=False)
 
     def compress(self, tensor, key: Hashable = "") -> tuple[Sparse, SparseContext]:
-        _, flat = _float_input(tensor)
+        _, flat = float_input(tensor)
         idx = self.select(flat.size, key, self._next_step(key))
         x = np.asarray(tensor).reshape(-1)
         return Sparse(idx, x[idx].copy()), SparseContext(**context(tensor), numel=flat.size)

@@ -29,8 +29,8 @@ from ina.compressors.base import (
     Compressor,
     Context,
     Outcome,
-    _float_input,
     context,
+    float_input,
     restore,
 )
 from ina.host import quantize
@@ -83,7 +83,7 @@ class UnionSparsifier(Compressor):
         """Sorted int64 positions of ``flat`` to send."""
 
     def compress(self, tensor, key: Hashable = "") -> tuple[Sparse, SparseContext]:
-        _, flat = _float_input(tensor)
+        _, flat = float_input(tensor)
         idx = self.select(flat, key, self._next_step(key))
         x = np.asarray(tensor).reshape(-1)
         return Sparse(idx, x[idx].copy()), SparseContext(**context(tensor), numel=flat.size)

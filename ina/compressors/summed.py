@@ -33,8 +33,8 @@ from ina.compressors.base import (
     Context,
     Field,
     Outcome,
-    _float_input,
     agree_max_steps,
+    float_input,
     restore,
     sum_fields_steps,
 )
@@ -69,7 +69,7 @@ class SummedQuantizer(Compressor):
 
     def compress(self, tensor, key: Hashable = "") -> tuple[tuple[np.ndarray, ...], Context]:
         """GRACE's compress: this worker alone, its own statistics as the agreed ones."""
-        _, flat = _float_input(tensor)
+        _, flat = float_input(tensor)
         fields, ctx = self.encode(flat, self.statistics(flat), key, self._next_step(key))
         ctx = _with_shape(ctx, tensor)
         return tuple(np.asarray(f.values, np.int64) for f in fields), ctx
