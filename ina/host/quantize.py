@@ -50,17 +50,25 @@ def _shifts(biased: np.ndarray, bits: int) -> np.ndarray:
     return bits - e
 
 
+def _blocks(a: np.ndarray, nblocks: int, block: int) -> np.ndarray:
+    """A new float64 (nblocks, block) array of flat ``a``, zero-padded at the end."""
+    if a.size == nblocks * block:
+        return np.asarray(a).astype(np.float64).reshape(nblocks, block)
+    out = np.zeros((nblocks, block), np.float64)
+    out.reshape(-1)[: a.size] = a
+    return out
+
+
 def encode(x: np.ndarray, biased_exps: np.ndarray, block: int, num_workers: int) -> np.ndarray:
     """Flat float ``x`` -> int32, block ``b`` scaled by 2**(B - E_b) with the agreed exponents."""
     bits = mantissa_bits(num_workers)
     n = x.size
     nblocks = biased_exps.size
-    padded = np.zeros(nblocks * block, dtype=np.float64)
-    padded[:n] = x
     # times 2**shift: exact (a power of two, |shift| <= 156), the same as np.ldexp, 20x faster
-    scale = np.ldexp(1.0, _shifts(biased_exps, bits))[:, None]
-    scaled = padded.reshape(nblocks, block) * scale
-    return np.rint(scaled).astype(np.int32).reshape(-1)[:n]
+    scaled = _blocks(x, nblocks, block)
+    scaled *= np.ldexp(1.0, _shifts(biased_exps, bits))[:, None]
+    np.rint(scaled, out=scaled)
+    return scaled.astype(np.int32).reshape(-1)[:n]
 
 
 def decode(v: np.ndarray, biased_exps: np.ndarray, block: int, num_workers: int) -> np.ndarray:
@@ -68,9 +76,8 @@ def decode(v: np.ndarray, biased_exps: np.ndarray, block: int, num_workers: int)
     bits = mantissa_bits(num_workers)
     n = v.size
     nblocks = biased_exps.size
-    padded = np.zeros(nblocks * block, dtype=np.float64)
-    padded[:n] = v
-    out = padded.reshape(nblocks, block) * np.ldexp(1.0, -_shifts(biased_exps, bits))[:, None]
+    out = _blocks(v, nblocks, block)
+    out *= np.ldexp(1.0, -_shifts(biased_exps, bits))[:, None]
     return out.reshape(-1)[:n]
 
 
