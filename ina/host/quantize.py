@@ -35,11 +35,17 @@ def check_finite(x: np.ndarray) -> None:
 def block_exponents(x: np.ndarray, block: int) -> np.ndarray:
     """Biased exponent of each block of ``block`` values of flat ``x`` (int32, EXP_ZERO for an
     all-zero block). The last block may be short."""
+    x = np.asarray(x).reshape(-1)
     n = x.size
     nblocks = -(-n // block)
-    mags = np.zeros(nblocks * block, dtype=np.float64)
-    mags[:n] = np.abs(x, dtype=np.float64) if x.dtype != np.float64 else np.abs(x)
-    peak = mags.reshape(nblocks, block).max(axis=1)
+    full = n // block
+    peak = np.zeros(nblocks, dtype=np.float64)
+    if full:  # max |x| as max(max x, -min x): two reads, no |x| array
+        rows = x[: full * block].reshape(full, block)
+        peak[:full] = np.maximum(rows.max(axis=1), -rows.min(axis=1))
+    if full < nblocks:
+        tail = x[full * block :]
+        peak[full] = max(float(tail.max()), -float(tail.min()))
     _, e = np.frexp(peak)  # peak = m * 2**e with 0.5 <= m < 1, so |x| < 2**e
     e = np.clip(e, EXP_MIN, EXP_MAX) + EXP_BIAS
     return np.where(peak > 0, e, EXP_ZERO).astype(np.int32)
