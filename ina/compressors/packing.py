@@ -145,7 +145,8 @@ class Packing:
             mask = np.uint32(self.radix - 1)
             for i in range(self.fields):
                 out[:, i] = t & mask
-                t >>= np.uint32(self.shift)
+                if i + 1 < self.fields:  # never shift by the full 32 bits
+                    t >>= np.uint32(self.shift)
         else:
             r = np.uint32(self.radix)
             for i in range(self.fields):
