@@ -28,11 +28,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from scapy.layers.inet import ICMP, IP, UDP, IPOption
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
+from ina.compressors.base import float_bits
+from ina.compressors.packing import Packing
 from ina.protocol import P4_LANES, UDP_PORT, Flag, Op
 from ina.scapy_layer import INA
 from ina.switch_model.tables import JobSpec, WorkerAddress
@@ -291,6 +294,26 @@ def allreduce_rounds(b: TraceBuilder) -> dict[str, int]:
     for seq, op in enumerate([Op.MAX, Op.OR, Op.SUM] * 3):
         b.round(1, seq, op, kind="small", num_lanes=b.rng.randrange(1, P4_LANES + 1))
     return {"aggregated": 27, "results": 9}
+
+
+@trace
+def packed_field_rounds(b: TraceBuilder) -> dict[str, int]:
+    """The lanes of GRACE's methods (`ina.compressors`): low-bit fields packed with headroom
+    for job 1's 3 workers (signs, ternary, 4-bit QSGD levels, fp16's 14-bit values), mostly
+    at the top of their range, so that lane sums cross 2^31 and wrap as int32; and a MAX
+    round of float32 bit patterns (agreed norms)."""
+    ranges = [(0, 1), (-1, 1), (-7, 7), (-8191, 8191)]
+    for seq, (lo, hi) in enumerate(ranges):
+        pack = Packing.for_range(lo, hi, 3)
+        workers = [0, 1, 2]
+        b.rng.shuffle(workers)
+        for w in workers:
+            vals = [b.rng.choice((hi, hi, hi, lo, 0)) for _ in range(P4_LANES * pack.fields)]
+            b.ina(1, w, seq, [int(v) for v in pack.pack(np.array(vals))], op=Op.SUM)
+    for w in (2, 0, 1):
+        norms = [b.rng.random() * 10.0 ** b.rng.randrange(-30, 30) for _ in range(P4_LANES)]
+        b.ina(1, w, len(ranges), [int(v) for v in float_bits(np.array(norms))], op=Op.MAX)
+    return {"aggregated": 15, "results": 5}
 
 
 @trace
