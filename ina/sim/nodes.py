@@ -43,10 +43,15 @@ from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
 
 @dataclass(frozen=True)
 class Compute:
-    """A program step that takes simulated time without the network (compute, codec)."""
+    """A program step that takes simulated time without the network (compute, codec).
+
+    ``wall`` is how much of the wall time the program spent since its last yield was not
+    codec work (e.g. the forward and backward pass this step stands for): it is not charged
+    again as codec time."""
 
     seconds: float
     what: str = "compute"
+    wall: float = 0.0
 
 
 Program = Generator[Round | Compute, Reduced | None, object]
@@ -278,6 +283,8 @@ class WorkerNode:
             return
         wall = wallclock.perf_counter() - t0
         self.wall_in_program += wall
+        if isinstance(item, Compute):
+            wall = max(wall - item.wall, 0.0)
         codec = self.codec_time(wall)
         self.compute_time += codec
         if isinstance(item, Compute):

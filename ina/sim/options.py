@@ -15,18 +15,20 @@ from ina.sim.engine import ENGINES
 from ina.sim.network import NetworkSpec, SwitchSpec, parse_link
 
 
-def add_network_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
+def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> None:
     """The network model: links both ways alike unless ``--up-*``/``--down-*`` say
-    otherwise, the switch, the engine and the transport's timers."""
-    g = p.add_argument_group("simulated network")
-    g.add_argument("--link-rate", default="100G", help="link rate, bit/s (100G, 25G, 10M...)")
+    otherwise, the switch, the engine and the transport's timers. ``train``: for `ina
+    train`, which has its own ``--link-rate`` and ``--delay`` (the link profile)."""
+    g = p.add_argument_group("simulated network (with --sim)" if train else "simulated network")
+    if not train:
+        g.add_argument("--link-rate", default="100G", help="link rate, bit/s (100G, 25G, 10M)")
+        g.add_argument(
+            "--link-profile",
+            default="none",
+            help="extra delay per packet from an ina.netem profile (none, constant, low, "
+            "high, trace:PATH; with parameters, e.g. high:episode_on_s=5)",
+        )
     g.add_argument("--prop-delay", default="1us", help="one-way propagation delay per link")
-    g.add_argument(
-        "--link-profile",
-        default="none",
-        help="extra delay per packet from an ina.netem profile (none, constant, low, high, "
-        "trace:PATH; with parameters, e.g. high:episode_on_s=5)",
-    )
     g.add_argument("--link-loss", type=float, default=0.0, help="loss probability per packet")
     g.add_argument("--buffer", default="none", help="queue size per link direction (e.g. 1MB)")
     g.add_argument(
@@ -44,20 +46,32 @@ def add_network_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
     g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
     g.add_argument("--engine", default="heap", choices=sorted(ENGINES), help="event kernel")
     g.add_argument("--sim-seed", type=int, help="seed of the network's random streams")
+    # The transport's own defaults (WorkerConfig): with compute and codec times measured on
+    # this host, workers are late by its jitter, which these timers are sized to ride out;
+    # lower them to study a jitter-free fabric (fixed or flops compute, codec none).
     g.add_argument("--rto", default="50ms", help="initial retransmission timeout")
     g.add_argument("--min-rto", default="20ms", help="lower bound of the adaptive timeout")
 
 
 def network_spec(
-    args: argparse.Namespace, workers: int, lanes: int, pool_size: int, seed: int = 0
+    args: argparse.Namespace,
+    workers: int,
+    lanes: int,
+    pool_size: int,
+    seed: int = 0,
+    rate: str | None = None,
+    profile: str | None = None,
 ) -> NetworkSpec:
-    """The `NetworkSpec` the options describe (ValueError: a one-line reason)."""
+    """The `NetworkSpec` the options describe (ValueError: a one-line reason); ``rate`` and
+    ``profile`` replace ``--link-rate``/``--link-profile`` (`ina train`'s own options)."""
+    rate = rate or args.link_rate
+    profile = profile or args.link_profile
 
-    def link(rate: str | None):
+    def link(own_rate: str | None):
         return parse_link(
-            rate=rate or args.link_rate,
+            rate=own_rate or rate,
             delay=args.prop_delay,
-            profile=args.link_profile,
+            profile=profile,
             loss=args.link_loss,
             buffer=args.buffer,
             capacity=args.capacity,

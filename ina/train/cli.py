@@ -107,9 +107,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument(
         "--link-rate",
-        type=float,
-        metavar="MBIT",
-        help="rate of each worker's emulated up and down link, Mbit/s (default: unlimited)",
+        metavar="RATE",
+        help="rate of each worker's up and down link: 100G, 25Gbit/s, 10M; a bare number is "
+        "Mbit/s (default: unlimited; with --sim, 100G)",
     )
     c.add_argument(
         "--coding",
@@ -134,6 +134,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "needed for a fresh run: workers join a new run of the job; this also resets its "
         "counters' meaning and slots)",
     )
+    s = p.add_argument_group("simulation (ina.sim)")
+    s.add_argument(
+        "--sim",
+        action="store_true",
+        help="run the workers, the switch and the network in simulated time, in this process "
+        "(docs/simulation.md); --delay is then the links' delay profile",
+    )
+    s.add_argument(
+        "--compute",
+        default="measured",
+        help="with --sim: compute time per step: measured[:SCALE], fixed:TIME, "
+        "flops:DEVICE[:EFFICIENCY] (ina/sim/compute.py)",
+    )
+    s.add_argument(
+        "--codec",
+        default="measured",
+        help="with --sim: codec time: measured[:SCALE], none, or a throughput like 30GB/s",
+    )
+    from ina.sim.options import add_network_arguments
+
+    add_network_arguments(p, train=True)
     t = p.add_argument_group("checks (tests)")
     t.add_argument(
         "--check-sync",
@@ -175,8 +196,14 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--eval-every must be >= 0")
     if args.stop_at_acc is not None and not (args.eval_every and 0 < args.stop_at_acc <= 1):
         raise ValueError("--stop-at-acc needs --eval-every and a fraction in (0, 1]")
-    if args.link_rate is not None and not args.link_rate > 0:
-        raise ValueError(f"--link-rate must be > 0 Mbit/s, got {args.link_rate}")
+    link_rate_bps(args.link_rate)  # raises if it does not parse
+    if args.sim:
+        if args.backend != "ina":
+            raise ValueError("--sim simulates INA: --backend ina")
+        if args.switch or args.jobs:
+            raise ValueError("--sim simulates its own switch: no --switch/--jobs")
+        if args.check_sync or args.dump_step is not None:
+            raise ValueError("--sim has one model for all workers: no --check-sync/--dump-step")
     if args.backend == "gloo" and args.compression != "dense":
         raise ValueError("--compression needs --backend ina (gloo is the dense baseline)")
     if bool(args.switch) != bool(args.jobs):
@@ -195,6 +222,38 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("digits ships with scikit-learn: no --data-dir")
     if args.dataset != "digits" and not args.data_dir:
         raise ValueError(f"--dataset {args.dataset} needs --data-dir (nothing is downloaded)")
+
+
+def link_rate_bps(text: str | None) -> float | None:
+    """``--link-rate`` in bit/s: a rate with its unit, or a bare number of Mbit/s."""
+    if text is None:
+        return None
+    from ina.sim import units
+
+    try:
+        value = float(text) * 1e6
+    except ValueError:
+        value = units.rate(text, "--link-rate")
+    if not value > 0:
+        raise ValueError(f"--link-rate must be > 0, got {text!r}")
+    return value
+
+
+def sim_models(args: argparse.Namespace):
+    """The network spec, compute and codec models of ``--sim`` (ValueError: why not)."""
+    from ina.sim.compute import parse_codec, parse_compute
+    from ina.sim.options import network_spec
+
+    rate = args.link_rate or "100G"
+    try:
+        rate = f"{float(rate)}M"  # a bare number is Mbit/s, as without --sim
+    except ValueError:
+        pass
+    spec = network_spec(
+        args, args.workers or 4, args.lanes, args.pool, seed=args.seed, rate=rate,
+        profile=args.delay,
+    )  # fmt: skip
+    return spec, parse_compute(args.compute), parse_codec(args.codec)
 
 
 def law_params(items: list[str]) -> dict[str, float | int]:
@@ -250,7 +309,9 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         # CLOCK_MONOTONIC is one clock for all processes: shared congestion episodes
         # (`high:episode_seed=N`) start from here on every worker's links.
         "clock_epoch": time.monotonic(),
-        "link_rate_bps": None if args.link_rate is None else 1e6 * args.link_rate,
+        "link_rate_bps": link_rate_bps(args.link_rate),
+        "compute": args.compute,
+        "codec": args.codec,
         "coding": args.coding,
         "step_log": args.step_log,
         "eval_every": args.eval_every,
@@ -357,6 +418,7 @@ def _reinstall(address: str, spec) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         validate(args)
+        sim = sim_models(args) if args.sim else None
     except ValueError as e:
         print(f"ina train: {e}", file=sys.stderr)
         return 2
@@ -373,6 +435,10 @@ def main(args: argparse.Namespace) -> int:
     switch = None
     counters = None
     try:
+        if sim is not None:
+            from ina.sim import train as sim_train
+
+            return sim_train.main(args, make_config(args, out, None), *sim)
         if args.backend == "gloo":
             n = args.workers or 4
             rc = run_ranks(n, make_config(args, out, None), out)

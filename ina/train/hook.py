@@ -106,6 +106,7 @@ class INAHookState:
         self.layout_changes = 0
         self.error_bounds: dict[int, tuple[list[torch.Tensor], torch.Tensor]] = {}
         self.error: BaseException | None = None  # the first failure, for a clean report
+        self._compressed_now = False  # the bucket being reduced is compressed
 
     def compressing(self) -> bool:
         """Whether this step compresses (after the warm-up, in a compressed mode)."""
@@ -130,14 +131,37 @@ class INAHookState:
             self._generations[i] = self._generations.get(i, -1) + 1
         return (i, self._generations[i])
 
-    def _maybe_step(self, bucket: dist.GradBucket) -> None:
-        """After a step's last bucket: count the step; DC2 proposes the next level."""
+    def prepare(self, bucket: dist.GradBucket) -> dict:
+        """The keyword arguments of this bucket's `Worker.allreduce` call (steps 2-3 of the
+        hook): the error-feedback key and density when compressing, a dense call otherwise."""
+        kwargs: dict = {"average": True}
+        compress = self.compressing()
+        if compress:
+            kwargs["key"] = self.residual_key(bucket)
+            if self.compression == "homomorphic" and self._per_call_density:
+                kwargs["density"] = self.density
+        elif self._per_call_density:
+            kwargs["density"] = 1.0
+        self._compressed_now = compress
+        return kwargs
+
+    def finish(self, bucket: dist.GradBucket, seconds: float) -> None:
+        """Statistics of the call that just returned; after a step's last bucket, count the
+        step and let DC2 propose the next level."""
+        self.seconds += seconds
+        self.calls += 1
+        self.compressed_calls += int(self._compressed_now)
+        self.values += bucket.buffer().numel()
+        worker = self.worker
+        if self.keep_error_bounds and worker.last.error_bound is not None:
+            bound = torch.from_numpy(worker.last.error_bound / worker.cfg.num_workers)
+            self.error_bounds[bucket.index()] = (list(bucket.parameters()), bound)
         if not bucket.is_last():
             return
         self.iter += 1
         if self.controller is not None:
-            level = self.controller.step(time.monotonic(), agreed_index=self.worker.level)
-            self.worker.propose_level(level)
+            level = self.controller.step(worker.clock(), agreed_index=worker.level)
+            worker.propose_level(level)
 
 
 def ina_allreduce_hook(
@@ -168,14 +192,7 @@ def ina_allreduce_hook(
         >>> ddp_model.register_comm_hook(state, ina_allreduce_hook)
     """
     buffer = bucket.buffer()
-    kwargs: dict = {"average": True}
-    compress = state.compressing()
-    if compress:
-        kwargs["key"] = state.residual_key(bucket)
-        if state.compression == "homomorphic" and state._per_call_density:
-            kwargs["density"] = state.density
-    elif state._per_call_density:
-        kwargs["density"] = 1.0
+    kwargs = state.prepare(bucket)
     t0 = time.perf_counter()
     try:
         mean = state.worker.allreduce(buffer, **kwargs)
@@ -183,15 +200,8 @@ def ina_allreduce_hook(
         if state.error is None:
             state.error = e
         raise
-    state.seconds += time.perf_counter() - t0
-    state.calls += 1
-    state.compressed_calls += int(compress)
-    state.values += buffer.numel()
-    if state.keep_error_bounds and state.worker.last.error_bound is not None:
-        bound = torch.from_numpy(state.worker.last.error_bound / state.worker.cfg.num_workers)
-        state.error_bounds[bucket.index()] = (list(bucket.parameters()), bound)
     buffer.copy_(mean)
-    state._maybe_step(bucket)
+    state.finish(bucket, time.perf_counter() - t0)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buffer)
     return fut

@@ -53,8 +53,9 @@ class StepBatch:
     step cost ~10 % of a compressed step. The monitor's vectorized update gives the same
     statistics as feeding the samples one at a time, so the decisions do not change."""
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller, clock=time.monotonic) -> None:
         self.controller = controller
+        self.clock = clock
         self._step = controller.step
         self._rtts: list[np.ndarray] = []
         self._times: list[np.ndarray] = []
@@ -62,7 +63,7 @@ class StepBatch:
     def observe(self, rtt: np.ndarray) -> None:
         rtt = np.asarray(rtt, np.float64).reshape(-1)
         self._rtts.append(rtt)
-        self._times.append(np.full(rtt.size, time.monotonic()))
+        self._times.append(np.full(rtt.size, self.clock()))
 
     def step(self, now: float | None = None, agreed_index: int | None = None) -> int:
         if self._rtts:
@@ -74,10 +75,7 @@ class StepBatch:
 
 def make_ina_worker(config: dict, rank: int, world: int):
     """This rank's `Worker` and hook state, from the config's ``ina`` section."""
-    from ina.host.allreduce import CompressionConfig, Worker
-    from ina.host.compression import HomomorphicConfig
     from ina.host.transport import WorkerConfig
-    from ina.train.hook import INAHookState
 
     ina = config["ina"]
     if len(ina["workers"]) != world:
@@ -109,8 +107,19 @@ def make_ina_worker(config: dict, rank: int, world: int):
         link = EmulatedPath.from_profile(
             delay, seed=config["seed"], worker_id=rank, rate_bps=rate, **extra
         )
+    return ina_worker(config, cfg, link=link)
+
+
+def ina_worker(config: dict, cfg, link=None, transport=None, clock=time.monotonic):
+    """A `Worker` for ``cfg`` and its hook state, compressing as the config says: the part of
+    a rank's set-up that the wall-clock ranks and the simulator (`ina.sim.train`) share.
+    ``transport``/``clock``: the simulator's; ``link``: an emulated path (wall clock)."""
+    from ina.host.allreduce import CompressionConfig, Worker
+    from ina.host.compression import HomomorphicConfig
+    from ina.train.hook import INAHookState
+
     compression = config["compression"]
-    kwargs: dict = {"link": link} if link is not None else {}
+    kwargs: dict = {"link": link, "transport": transport, "clock": clock}
     controller = None
     coding = HomomorphicConfig(coding=config.get("coding", "sketch"))
     if compression == "homomorphic":
@@ -121,7 +130,7 @@ def make_ina_worker(config: dict, rank: int, world: int):
         from ina.control.dc2.laws import index_to_density
 
         controller = DC2Controller(config["law"], **config.get("law_params", {}))
-        batch = StepBatch(controller)  # one monitor update per step, not one per receive
+        batch = StepBatch(controller, clock)  # one monitor update per step, not per receive
         kwargs["rtt_listener"] = batch.observe
         controller.step = batch.step
         kwargs["ladder"] = index_to_density

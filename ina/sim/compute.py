@@ -1,0 +1,135 @@
+"""How long a worker's computation takes in simulated time.
+
+Two costs, each a small model with its parameters in its name:
+
+**Compute per training step** (forward and backward of one worker's batch), `--compute`:
+
+- ``measured[:SCALE]``: the wall time this host took for that worker's step, times SCALE
+  (default 1). Honest about this host; use SCALE to stand in for a faster machine.
+- ``fixed:TIME``: every step takes TIME (``5ms``), e.g. a GPU step time you measured.
+- ``flops:DEVICE[:EFFICIENCY]``: the model's floating-point operations for the batch
+  (counted once, by torch's FLOP counter, forward and backward) over the device's peak
+  FP32 rate times EFFICIENCY (default 0.4). Peak rates are the vendors' data-sheet numbers
+  for dense FP32 without tensor cores (`DEVICES`).
+
+**Codec** (quantizing, sparsifying, sketching, peeling: the worker's own code between two
+switch rounds), `--codec`:
+
+- ``measured[:SCALE]``: the wall time that code took on this host, times SCALE (default);
+- ``none``: free;
+- ``RATE`` (``30GB/s``): bytes of float32 gradient per second, encode and decode together,
+  charged once per allreduce call (e.g. a GPU codec's measured throughput).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ina.sim import units
+
+# Peak dense FP32 (no tensor cores), FLOP/s, from the vendors' data sheets.
+DEVICES = {
+    "v100": 15.7e12,
+    "a100": 19.5e12,
+    "h100": 67e12,  # H100 SXM
+    "cpu": 1e12,  # a many-core server CPU with AVX-512, roughly
+}
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Seconds of one training step on one worker (see the module docstring)."""
+
+    kind: str  # measured, fixed, flops
+    scale: float = 1.0  # measured: factor; flops: efficiency
+    seconds: float = 0.0  # fixed
+    device: str = ""  # flops
+
+    def step_time(self, wall: float, flops: float = 0.0) -> float:
+        if self.kind == "measured":
+            return wall * self.scale
+        if self.kind == "fixed":
+            return self.seconds
+        return flops / (DEVICES[self.device] * self.scale)
+
+    @property
+    def needs_flops(self) -> bool:
+        return self.kind == "flops"
+
+
+def parse_compute(text: str) -> ComputeModel:
+    """``measured[:SCALE]``, ``fixed:TIME`` or ``flops:DEVICE[:EFFICIENCY]``."""
+    name, _, rest = text.partition(":")
+    try:
+        if name == "measured":
+            scale = float(rest) if rest else 1.0
+            if not scale >= 0:
+                raise ValueError
+            return ComputeModel("measured", scale=scale)
+        if name == "fixed":
+            return ComputeModel("fixed", seconds=units.seconds(rest, "fixed compute time"))
+        if name == "flops":
+            device, _, eff = rest.partition(":")
+            if device not in DEVICES:
+                raise ValueError(f"unknown device {device!r}; known: {sorted(DEVICES)}")
+            efficiency = float(eff) if eff else 0.4
+            if not 0 < efficiency <= 1:
+                raise ValueError("the efficiency must be in (0, 1]")
+            return ComputeModel("flops", scale=efficiency, device=device)
+    except ValueError as e:
+        raise ValueError(f"--compute {text!r}: {e or 'bad number'}") from None
+    raise ValueError(
+        f"--compute {text!r}: use measured[:SCALE], fixed:TIME or flops:DEVICE[:EFFICIENCY]"
+    )
+
+
+@dataclass(frozen=True)
+class CodecModel:
+    """Simulated seconds of the codec: from its measured wall time, or from a throughput."""
+
+    scale: float = 1.0  # measured: factor on the wall time (0: none)
+    bytes_per_second: float = 0.0  # > 0: a throughput instead
+
+    def from_wall(self) -> Callable[[float], float]:
+        """What `ina.sim.nodes.WorkerNode` charges for the program's own wall time."""
+        scale = 0.0 if self.bytes_per_second else self.scale
+        return lambda wall: wall * scale
+
+    def per_call(self, values: int) -> float:
+        """Extra seconds charged per allreduce of ``values`` float32 (throughput model)."""
+        return 4 * values / self.bytes_per_second if self.bytes_per_second else 0.0
+
+
+def parse_codec(text: str) -> CodecModel:
+    """``measured[:SCALE]``, ``none`` or a throughput such as ``30GB/s``."""
+    name, _, rest = text.partition(":")
+    if name == "none":
+        return CodecModel(scale=0.0)
+    if name == "measured":
+        try:
+            scale = float(rest) if rest else 1.0
+            if not scale >= 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--codec {text!r}: the scale must be a number >= 0") from None
+        return CodecModel(scale=scale)
+    try:
+        rate = units.size(text.removesuffix("/s"), "codec throughput")
+    except ValueError:
+        raise ValueError(
+            f"--codec {text!r}: use measured[:SCALE], none or a throughput like 30GB/s"
+        ) from None
+    if not rate > 0:
+        raise ValueError(f"--codec {text!r}: the throughput must be > 0")
+    return CodecModel(bytes_per_second=rate)
+
+
+def step_flops(model, x, y, loss_fn) -> float:
+    """Floating-point operations of one forward and backward pass on the batch ``x``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    return float(counter.get_total_flops())

@@ -1,0 +1,397 @@
+"""`ina train --sim`: real data-parallel training, in simulated time.
+
+The same model, data, optimizer, compression, DC2 controller and hook logic as `ina train`,
+with the N workers in one process and the clock and network simulated (`ina.sim`):
+
+1. Every worker computes the gradient of its own batch on the model (real PyTorch). All
+   replicas of a data-parallel job are bit-identical after every step (every worker decodes
+   the same integers), so one model serves all of them: what differs per worker is its data
+   shard, its `Worker` (error-feedback residuals, DC2 controller, transport core) and its
+   timing.
+2. The step's compute time passes in simulated time (`ina.sim.compute`: measured on this
+   host and scaled, fixed, or FLOPs over a device profile).
+3. The gradient is cut into DDP's buckets (PyTorch's own bucket assignment, 1 MiB then
+   25 MiB, in reverse parameter order) and each bucket goes through
+   `Worker.allreduce_steps`, driven round by round by the simulated network; the hook's
+   per-bucket logic (`INAHookState.prepare`/`finish`: warm-up, error-feedback keys, DC2
+   steps) is the wall-clock hook's own.
+4. The first worker to finish the step applies the averaged gradient (the same on every
+   worker) with the optimizer, evaluates when due, and decides whether to stop; the others
+   find the model already stepped when they finish. No worker can start the next step
+   before every worker has sent this step's gradients, so nobody computes on a stale model.
+
+Outputs, like `ina train`'s: ``metrics.csv`` (per epoch; ``epoch_s``, ``step_ms`` and
+``comm_ms`` are simulated, plus ``sim_time_s`` and ``wall_s``), ``steps.csv`` with
+``--step-log`` (``time_s`` simulated), ``result.json`` and ``dc2_rank0.csv`` (DC2). The same
+seed and options give the same files apart from the fields named ``wall_*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.functional import cross_entropy
+
+from ina.sim.compute import CodecModel, ComputeModel, step_flops
+from ina.sim.network import NetworkSpec, SimTransport, build
+from ina.sim.nodes import Compute
+from ina.sim.options import describe
+from ina.train.data import load_dataset, shard
+from ina.train.models import build_model, num_parameters
+from ina.train.worker_main import evaluate, ina_worker, param_digest
+
+FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed: 1 MiB)
+BUCKET_BYTES = 25 * 1024 * 1024  # DDP's bucket_cap_mb default
+
+METRICS = (
+    "epoch", "step", "train_loss", "test_loss", "test_acc", "epoch_s", "step_ms", "comm_ms",
+    "bytes_sent", "sim_time_s", "wall_s",
+)  # fmt: skip
+STEP_LOG = (
+    "step", "time_s", "step_s", "comm_s", "loss", "density", "level", "bytes_sent", "test_acc",
+    "wall_s",
+)  # fmt: skip
+
+
+class SimBucket:
+    """What `INAHookState` reads of a DDP ``GradBucket``, for one bucket of parameters."""
+
+    def __init__(self, index: int, params: list[torch.nn.Parameter], last: bool) -> None:
+        self._index, self._params, self._last = index, params, last
+        self.numel = sum(p.numel() for p in params)
+        self.flat: torch.Tensor | None = None
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self.flat
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return self._params
+
+    def is_last(self) -> bool:
+        return self._last
+
+    def gather(self) -> torch.Tensor:
+        """The parameters' gradients as one flat tensor (a copy)."""
+        return torch.cat([p.grad.reshape(-1) for p in self._params]).clone()
+
+    def scatter(self, flat: torch.Tensor) -> None:
+        """Set the parameters' gradients from a flat tensor."""
+        offset = 0
+        for p in self._params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
+
+def calibrate_step(model: torch.nn.Module, x, y, repeats: int = 7) -> float:
+    """Median wall seconds of a forward and backward pass on one batch (after a warm-up)."""
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        cross_entropy(model(x), y).backward()
+        times.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return float(np.median(times[1:]))
+
+
+def buckets_of(model: torch.nn.Module) -> list[SimBucket]:
+    """DDP's buckets: PyTorch's assignment by size over the parameters in reverse order."""
+    params = [p for p in model.parameters() if p.requires_grad][::-1]
+    groups, _ = dist._compute_bucket_assignment_by_size(
+        [p.detach() for p in params], [FIRST_BUCKET_BYTES, BUCKET_BYTES]
+    )
+    return [
+        SimBucket(i, [params[j] for j in g], i == len(groups) - 1) for i, g in enumerate(groups)
+    ]
+
+
+class SimTraining:
+    """One simulated training run (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: dict,
+        spec: NetworkSpec,
+        compute: ComputeModel,
+        codec: CodecModel,
+        out: Path,
+    ) -> None:
+        self.config, self.spec, self.compute, self.codec, self.out = (
+            config, spec, compute, codec, out,
+        )  # fmt: skip
+        seed = config["seed"]
+        torch.set_num_threads(config.get("threads", 1))
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        n = spec.workers
+        self.data = load_dataset(config["dataset"], seed=seed, path=config.get("data_dir"))
+        self.model = build_model(config["model"], self.data.input_shape, self.data.num_classes)
+        self.opt = torch.optim.SGD(
+            self.model.parameters(),
+            lr=config["lr"],
+            momentum=config["momentum"],
+            weight_decay=config.get("weight_decay", 0.0),
+        )
+        self.buckets = buckets_of(self.model)
+        self.loaders = [shard(self.data, w, n, config["batch_size"], seed) for w in range(n)]
+        self.net = build(spec, codec_time=codec.from_wall())
+        net = self.net
+        self.workers, self.states = [], []
+        for node in net.workers:
+            worker, state = ina_worker(
+                config, node.core.cfg, transport=SimTransport(node.core), clock=lambda: net.now
+            )
+            self.workers.append(worker)
+            self.states.append(state)
+        self.flops = 0.0
+        x, y = next(iter(self.loaders[0][0]))
+        if compute.needs_flops:
+            self.flops = step_flops(self.model, x, y, cross_entropy)
+        # measured compute: this host's time for one worker's step, calibrated once (the
+        # median of several), so that no worker becomes a straggler by timing noise
+        self.step_wall = calibrate_step(self.model, x, y) if compute.kind == "measured" else 0.0
+        self._not_codec = [0.0] * n  # wall time per worker since its last yield, not codec
+        # Internal state.
+        self.steps_per_epoch = len(self.loaders[0][0])
+        self.updated = 0  # steps applied to the model
+        self.stop_after: int | None = None  # the step after which every worker stops
+        self.losses: dict[int, list[float]] = {}
+        self.epochs: list[dict] = []
+        self.step_log: list[tuple] = []
+        self._epoch_start = (0.0, 0.0)  # simulated and wall time the epoch began
+        self._epoch_comm = 0.0
+        self._epoch_steps: list[float] = []
+        self.target_time: float | None = None
+        self._test = (self.data.test_x, self.data.test_y)
+        self._epoch_ends: dict[int, tuple[int, float, float]] = {}  # step -> its evaluation
+        self._pending_acc: float | str = ""
+        self._means: list = []
+        self.wall0 = time.perf_counter()
+
+    # -- one worker ----------------------------------------------------------------------
+
+    def program(self, w: int):
+        net, c = self.net, self.config
+        loader, sampler = self.loaders[w]
+        worker, state = self.workers[w], self.states[w]
+        step = 0
+        for epoch in range(c["epochs"]):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                if self.stop_after is not None and step >= self.stop_after:
+                    return step
+                t_step = net.now
+                wall0 = time.perf_counter()
+                self.model.zero_grad(set_to_none=True)
+                loss = cross_entropy(self.model(x), y)
+                loss.backward()
+                grads = [b.gather() for b in self.buckets]
+                self.losses.setdefault(step, []).append(float(loss.item()) * len(y))
+                wall = time.perf_counter() - wall0 + self._not_codec[w]
+                self._not_codec[w] = 0.0
+                seconds = self.compute.step_time(self.step_wall, self.flops)
+                yield Compute(seconds, wall=wall)
+                density = worker.density() if state.compressing() else 1.0
+                comm0 = net.now
+                means = []
+                for bucket, flat in zip(self.buckets, grads, strict=True):
+                    bucket.flat = flat
+                    kwargs = state.prepare(bucket)
+                    extra = self.codec.per_call(flat.numel())
+                    if extra:
+                        yield Compute(extra, "codec")
+                    t0 = net.now
+                    mean = yield from worker.allreduce_steps(flat, **kwargs)
+                    bucket.flat = mean
+                    state.finish(bucket, net.now - t0)
+                    means.append(mean)
+                step += 1
+                self._means = means
+                wall0 = time.perf_counter()
+                self.end_step(w, step, means, net.now - t_step, net.now - comm0, density)
+                self._not_codec[w] += time.perf_counter() - wall0  # optimizer, evaluation
+        return step
+
+    # -- the job, once per step ----------------------------------------------------------
+
+    def end_step(self, w: int, step: int, means, step_s: float, comm_s: float, density: float):
+        """A worker finished ``step``; the first to do so steps the model and reports."""
+        if step > self.updated:
+            self._apply(step)
+        if w == 0:
+            self._epoch_steps.append(step_s)
+            self._epoch_comm += comm_s
+            self._log_step(step, step_s, comm_s, density)
+            if step in self._epoch_ends:
+                self._end_epoch(self._epoch_ends.pop(step))
+
+    def _apply(self, step: int) -> None:
+        means = self._means
+        for bucket, mean in zip(self.buckets, means, strict=True):
+            bucket.scatter(mean)
+        self.opt.step()
+        self.updated = step
+        c = self.config
+        every = c.get("eval_every") or 0
+        if every and step % every == 0:
+            _, correct = evaluate(self.model, *self._test)
+            acc = correct / len(self.data.test_y)
+            self._pending_acc = acc
+            if c.get("stop_acc") and acc >= c["stop_acc"]:
+                self.stop_after = step
+                self.target_time = self.net.now
+        if c.get("max_steps") and step >= c["max_steps"]:
+            self.stop_after = step
+        if step % self.steps_per_epoch == 0 or step == self.stop_after:
+            # evaluated now, on the model of this step; reported once worker 0 is through it
+            self._epoch_ends[step] = (step, *evaluate(self.model, *self._test))
+
+    def _log_step(self, step: int, step_s: float, comm_s: float, density: float) -> None:
+        if not self.config.get("step_log"):
+            return
+        w = self.workers[0]
+        acc, self._pending_acc = self._pending_acc, ""
+        self.step_log.append(
+            (step, self.net.now, step_s, comm_s, self.losses.get(step - 1, [0.0])[0],
+             density, w.level, w.stats.bytes_sent, acc, time.perf_counter() - self.wall0)
+        )  # fmt: skip
+
+    def _end_epoch(self, evaluated: tuple[int, float, float]) -> None:
+        step, test_loss, correct = evaluated
+        epoch = -(-step // self.steps_per_epoch)
+        first = (epoch - 1) * self.steps_per_epoch
+        seen = sum(len(self.losses.get(s, [])) for s in range(first, step))
+        total = sum(sum(self.losses.pop(s, [])) for s in range(first, step))
+        n = len(self.data.test_y)
+        now, wall = self.net.now, time.perf_counter() - self.wall0
+        steps = self._epoch_steps or [0.0]
+        batch = self.config["batch_size"]
+        row = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": total / max(seen * batch, 1),
+            "test_loss": test_loss / n,
+            "test_acc": correct / n,
+            "epoch_s": now - self._epoch_start[0],
+            "step_ms": 1e3 * float(np.mean(steps)),
+            "comm_ms": 1e3 * self._epoch_comm / len(steps),
+            "bytes_sent": self.workers[0].stats.bytes_sent,
+            "sim_time_s": now,
+            "wall_s": wall,
+        }
+        self.epochs.append(row)
+        self._epoch_start = (now, wall)
+        self._epoch_steps, self._epoch_comm = [], 0.0
+        if self.config.get("progress", True):
+            print(
+                f"epoch {epoch:>3}/{self.config['epochs']}  train loss {row['train_loss']:.4f}  "
+                f"test loss {row['test_loss']:.4f}  accuracy {100 * row['test_acc']:6.2f} %  "
+                f"{row['step_ms']:8.3f} ms/step simulated ({row['comm_ms']:.3f} in INA)  "
+                f"t = {now:.4f} s simulated, {wall:.1f} s wall",
+                flush=True,
+            )
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        net = self.net
+        steps = net.run([self.program(w) for w in range(self.spec.workers)])
+        wall = time.perf_counter() - self.wall0
+        stats = [w.stats for w in self.workers]
+        links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+        c = self.config
+        result = {
+            "backend": "ina",
+            "simulated": True,
+            "network": describe(self.spec),
+            "compute": c["compute"],
+            "codec": c["codec"],
+            "compression": c["compression"],
+            "model": c["model"],
+            "parameters": num_parameters(self.model),
+            "dataset": self.data.name,
+            "workers": self.spec.workers,
+            "epochs": self.epochs,
+            "final_accuracy": self.epochs[-1]["test_acc"] if self.epochs else None,
+            "steps": int(steps[0]),
+            "sim_seconds": net.now,
+            "time_to_target_s": self.target_time,
+            "step_ms_mean": 1e3 * net.now / max(int(steps[0]), 1),
+            "gradient_bytes_per_step": 4 * num_parameters(self.model),
+            "buckets": [b.numel for b in self.buckets],
+            "bytes_sent_per_worker": [s.bytes_sent for s in stats],
+            "retransmissions_per_worker": [s.retransmissions for s in stats],
+            "packets_on_links": sum(link.packets for link in links),
+            "counters": {k: v[0] for k, v in net.pipeline.counters.snapshot().items()},
+            "final_digest": param_digest(self.model),
+            "wall_seconds": wall,
+            "wall_packets_per_second": sum(link.packets for link in links) / max(wall, 1e-9),
+        }
+        self.write(result)
+        return result
+
+    def write(self, result: dict) -> None:
+        out = self.out
+        with open(out / "metrics.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(METRICS)
+            writer.writerows([row[k] for k in METRICS] for row in self.epochs)
+        if self.config.get("step_log"):
+            with open(out / "steps.csv", "w", newline="") as f:
+                csv.writer(f).writerows([STEP_LOG, *self.step_log])
+            controller = self.states[0].controller
+            if controller is not None:
+                controller.write_csv(out / "dc2_rank0.csv")
+        (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def print_summary(r: dict) -> None:
+    print("\nsummary (simulated)")
+    print(f"  {'network':<28} {r['network']}")
+    print(f"  {'compute, codec':<28} {r['compute']}, {r['codec']}")
+    print(f"  {'accuracy':<28} {100 * r['final_accuracy']:.2f} % on the test set")
+    print(
+        f"  {'simulated time':<28} {r['sim_seconds']:.4f} s for {r['steps']} steps "
+        f"({r['step_ms_mean']:.3f} ms per step)"
+    )
+    if r["time_to_target_s"] is not None:
+        print(f"  {'time to target':<28} {r['time_to_target_s']:.4f} s simulated")
+    print(
+        f"  {'bytes sent per worker':<28} "
+        + ", ".join(f"{b:,}" for b in r["bytes_sent_per_worker"])
+    )
+    print(
+        f"  {'retransmissions per worker':<28} "
+        + ", ".join(str(x) for x in r["retransmissions_per_worker"])
+    )
+    print(
+        f"  {'wall time':<28} {r['wall_seconds']:.1f} s "
+        f"({r['wall_packets_per_second']:,.0f} simulated packets per wall second)"
+    )
+
+
+def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, codec) -> int:
+    """Run and report; called by `ina.train.cli` with everything already checked."""
+    out = Path(config["out"])
+    (out / "config.json").write_text(json.dumps({**config, "network": describe(spec)}, indent=1))
+    sim = SimTraining(config, spec, compute, codec, out)
+    print(
+        f"training {config['model']} ({num_parameters(sim.model):,} parameters) on "
+        f"{sim.data.name}, {spec.workers} workers x batch {config['batch_size']}, "
+        f"{sim.steps_per_epoch} steps/epoch, in simulated time: {describe(spec)}",
+        flush=True,
+    )
+    r = sim.run()
+    print_summary(r)
+    print(f"\nwrote {out}/metrics.csv, result.json")
+    return 0
