@@ -1,9 +1,15 @@
-"""`ina bench {switch,compression,all}`: run benchmarks and print markdown tables."""
+"""`ina bench {switch,compression,bmv2,all}`: run benchmarks, print markdown tables.
+
+Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
+subcommands; ``ina bench NAME --help`` lists its options.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+
+from ina.errors import UsageError
 
 BENCHES = {
     "switch": "ina.bench.switch",
@@ -12,17 +18,25 @@ BENCHES = {
 }
 
 
+def parser_for(name: str) -> argparse.ArgumentParser:
+    """The argument parser of benchmark ``name``, with that module's options."""
+    parser = argparse.ArgumentParser(prog=f"ina bench {name}")
+    importlib.import_module(BENCHES[name]).add_arguments(parser)
+    return parser
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("which", choices=[*BENCHES, "all"], help="benchmark to run")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for that benchmark")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.which == "all" and args.rest:
+        raise UsageError("`ina bench all` runs every benchmark with its defaults: no options")
     names = list(BENCHES) if args.which == "all" else [args.which]
-    for name in names:
-        mod = importlib.import_module(BENCHES[name])
-        parser = argparse.ArgumentParser(prog=f"ina bench {name}")
-        mod.add_arguments(parser)
+    # Parse every benchmark's options before running any: a typo fails at once.
+    parsed = [(name, parser_for(name).parse_args(args.rest)) for name in names]
+    for name, options in parsed:
         print(f"\n## ina bench {name}\n", flush=True)
-        mod.main(parser.parse_args(args.rest if args.which != "all" else []))
+        importlib.import_module(BENCHES[name]).main(options)
     return 0

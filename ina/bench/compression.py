@@ -187,8 +187,8 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ina bench compression", description=__doc__.split("\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``ina bench compression`` (`ina.bench.cli` calls this on its parser)."""
     p.add_argument("--elements", type=int, default=1 << 22, help="bucket length (default 4M)")
     p.add_argument("--workers", type=_ints, default=[2, 4, 8], help="comma list")
     p.add_argument("--densities", type=_floats, default=[0.1, 1, 5, 10, 50], help="union %%")
@@ -200,18 +200,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="timed runs (median)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
-    args = p.parse_args(argv)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ina bench compression", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """Print the three tables as markdown; return 0. ``args``: parsed options (as `ina
+    bench` passes them) or an argv list (None: sys.argv)."""
+    if not isinstance(args, argparse.Namespace):
+        args = parse_args(args)
     if args.quick:
         args.elements = min(args.elements, 1 << 16)
         args.workers, args.densities = [2, 4], [1, 5]
         args.topk_workers, args.loads = [4], [1.0, 1.23]
         args.failure_nnz, args.trials, args.repeats = [1000], 3, 1
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the three tables as markdown; return 0."""
-    args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     for table in (traffic_table, topk_table, failure_table):
         print("\n".join(table(args, rng)), end="\n\n", flush=True)
