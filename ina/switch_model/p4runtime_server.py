@@ -71,9 +71,11 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import logging
 import queue
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -1087,6 +1089,31 @@ class ModelServer:
         self.stop()
 
 
+def _bind_problem(address: str) -> str | None:
+    """Why a TCP listener cannot bind ``address`` (``host:port``) now, or None.
+
+    gRPC would find out too, but it logs a multi-line C++ error on stderr first; this
+    check lets `ina switch` say it in one line. (gRPC's own bind stays the real guard.)"""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) == 0:
+        return None  # let gRPC judge the address; port 0 is always free
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"cannot resolve {host!r}: {e.strerror}"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return "the port is in use (another switch?)"
+                return e.strerror or str(e)
+    return None
+
+
 def start_server(
     pipeline: Pipeline,
     address: str = DEFAULT_ADDRESS,
@@ -1103,16 +1130,24 @@ def start_server(
     service = P4RuntimeService(pipeline, lock=lock, device_id=device_id, preloaded=preloaded)
     # Each open StreamChannel keeps one worker busy for its lifetime: leave room for RPCs.
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt")
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"),
+        # gRPC binds with SO_REUSEPORT by default: a second switch on the same port would
+        # come up silently and the kernel would share connections between the two.
+        options=[("grpc.so_reuseport", 0)],
     )
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
     host, _, _ = address.rpartition(":")
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as e:  # grpcio raises when it cannot bind
-        raise OSError(f"P4Runtime server cannot bind {address}: {e}") from None
+    busy = _bind_problem(address)
+    if busy is None:
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises when it cannot bind (its message is a C++ dump)
+            port = 0
+        busy = "the port is in use (another switch?) or the address is not this host's"
+    else:
+        port = 0
     if port == 0:
-        raise OSError(f"P4Runtime server cannot bind {address}")
+        raise OSError(f"P4Runtime cannot listen on {address}: {busy}")
     server.start()
     return ModelServer(server, service, port, host or "127.0.0.1")
 
