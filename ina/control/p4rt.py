@@ -136,6 +136,24 @@ def decode_value(data: bytes) -> int:
     return int.from_bytes(data, "big")
 
 
+def check_address(address: str) -> str:
+    """``address`` if it names a P4Runtime server as ``HOST:PORT`` (or a gRPC ``unix:`` /
+    ``scheme://`` target); ValueError saying what is missing otherwise. Without the check a
+    bare host name makes gRPC try port 443 and time out."""
+    if address.startswith("unix:") or "://" in address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if ":" in host and not host.startswith("["):  # a bare IPv6 address: no port given
+        raise ValueError(f"{address!r}: give an IPv6 address with its port as [ADDR]:PORT")
+    if not sep or not host or address.endswith("]"):
+        raise ValueError(
+            f"{address!r}: the port is missing; give HOST:PORT (e.g. {address or 'localhost'}:9559)"
+        )
+    if not port.isdigit() or not 0 < int(port) < 1 << 16:
+        raise ValueError(f"{address!r}: {port!r} is not a TCP port; give HOST:PORT")
+    return address
+
+
 # -- names ---------------------------------------------------------------------------------
 
 
@@ -218,7 +236,7 @@ class SwitchConnection:
         require_primary: bool = True,
         timeout: float = 10.0,
     ) -> None:
-        self.address = address
+        self.address = check_address(address)
         self.device_id = device_id
         self.election_id = election_id
         self.timeout = timeout
