@@ -20,10 +20,11 @@ class UsageError(ValueError):
 
 
 def run_command(prog: str, main: Callable[..., int | None], *args) -> int:
-    """``main(*args)``'s exit status, or 2 after printing ``prog: message`` for a
-    `UsageError`."""
+    """``main(*args)``'s exit status (its int result; 0 for None or any other result), or 2
+    after printing ``prog: message`` for a `UsageError`."""
     try:
-        return int(main(*args) or 0)
+        rc = main(*args)
     except UsageError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return USAGE_EXIT
+    return rc if isinstance(rc, int) else 0

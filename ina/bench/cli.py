@@ -1,4 +1,4 @@
-"""`ina bench {switch,compression,bmv2,all}`: run benchmarks, print markdown tables.
+"""`ina bench {switch,compression,bmv2,p4runtime,all}`: run benchmarks, print markdown tables.
 
 Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
 subcommands; ``ina bench NAME --help`` lists its options.
@@ -15,6 +15,7 @@ BENCHES = {
     "switch": "ina.bench.switch",
     "compression": "ina.bench.compression",
     "bmv2": "ina.bench.bmv2",
+    "p4runtime": "ina.bench.p4runtime",
 }
 
 
