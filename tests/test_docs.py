@@ -59,3 +59,18 @@ def test_switch_help_shows_the_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for default in ("default 47000", "default 127.0.0.1:9559", "default 256", "default 1024"):
         assert default in text, default
+
+
+LI_CODE = "lihy0529/lossless_homomorphic_compression"
+
+
+@pytest.mark.parametrize("path", DOCS + SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_what_we_say_li_et_al_do_cites_their_code(path):
+    """A paragraph (or comment block) that compares us with Li et al.'s sizing margin or
+    their number of rounds must name the public code it read that in: their paper's
+    variants are not in that code, and its sketch is sized at n/10 cells."""
+    if path == Path(__file__).resolve():
+        return  # this docstring describes the rule
+    for para in re.split(r"\n\s*(?:#\s*)?\n", path.read_text()):
+        if "Li et al" in para and re.search(r"margin|one-round|round variant|all-reduces", para):
+            assert LI_CODE in para.replace("\n", "").replace(" ", ""), para
