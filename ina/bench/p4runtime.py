@@ -1,14 +1,18 @@
 """P4Runtime Reads against a busy switch (`ina bench p4runtime`).
 
-Two tables:
+Three tables:
 
-1. **Data-path latency during reads.** N worker processes run ``--calls`` allreduce calls of
+1. **How long a Read holds the pipeline lock**, which the data path takes for every batch
+   of packets: a P4Runtime service on a switch model in this process, whose lock records
+   its holds, answers wildcard Reads of every register and of every counter (always this
+   checkout's service, also with ``--switch``).
+2. **Data-path latency during reads.** N worker processes run ``--calls`` allreduce calls of
    ``--size`` float32 values each through a switch model process (P4 pool size: every
    register has 2,048 cells, 75,776 in all), half of them alone and half while a client in
    this process reads every register with one wildcard ``Read`` after another (what finsy's
    ``read(P4RegisterEntry())`` does), in alternating blocks. Per call: median, 99th
    percentile and worst time.
-2. **Read throughput.** Cells per second of a wildcard Read of every register and of every
+3. **Read throughput.** Cells per second of a wildcard Read of every register and of every
    counter, received as bytes (the switch's cost: the reply is not decoded), and decoded by
    ``ina.control.p4rt`` (protobuf 3.20's pure-Python runtime, which p4runtime-shell pins:
    the client's cost).
@@ -214,6 +218,56 @@ def throughput_rows(grpc_address: str, repeats: int, decode: bool):
         }  # fmt: skip
 
 
+class TimedLock:
+    """A lock that records how long each hold lasted (seconds)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since = 0.0
+        self.holds: list[float] = []
+
+    def acquire(self, *args, **kwargs) -> bool:
+        got = self._lock.acquire(*args, **kwargs)
+        if got:
+            self._since = time.perf_counter()
+        return got
+
+    def release(self) -> None:
+        self.holds.append(time.perf_counter() - self._since)
+        self._lock.release()
+
+    def __enter__(self) -> TimedLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock_rows(lanes: int, repeats: int) -> list[dict]:
+    """Table 3: how long one Read holds the pipeline lock (which the data path needs for
+    every batch), with a P4Runtime service on a switch of the P4 pool size in this process."""
+    from ina.switch_model.p4runtime_server import start_server
+    from ina.switch_model.pipeline import Pipeline
+
+    rows = []
+    for what, query in (("every register", REGISTERS), ("every counter", COUNTERS)):
+        lock = TimedLock()
+        server = start_server(Pipeline(lanes=lanes, pool_total=POOL_SLOTS), "127.0.0.1:0", lock)
+        try:
+            with grpc.insecure_channel(server.address) as channel:
+                for _ in range(repeats):
+                    raw_read(channel, query, count=False)
+        finally:
+            server.stop(0)
+        ms = [1e3 * h for h in lock.holds]
+        rows.append(
+            {"read": what, "reads": repeats, "median_ms": statistics.median(ms), "max_ms": max(ms)}
+        )
+    return rows
+
+
+LOCK_HEAD = "| Read | reads | lock held per Read, median ms | worst ms |\n|---|---:|---:|---:|"
 LATENCY_HEAD = (
     "| allreduce calls | calls | median ms | p99 ms | worst ms | register reads | s per read |\n"
     "|---|---:|---:|---:|---:|---:|---:|"
@@ -268,6 +322,13 @@ def main(args: argparse.Namespace) -> list[dict]:
         sw = LocalSwitch([spec], lanes=args.lanes, pool=POOL_SLOTS)
         switch, grpc_address = sw.address, sw.grpc_address
     try:
+        print(LOCK_HEAD)
+        for r in lock_rows(args.lanes, max(args.repeats, 5)):
+            print(
+                f"| {r['read']} | {r['reads']} | {r['median_ms']:.3f} | {r['max_ms']:.3f} |",
+                flush=True,
+            )
+        print()
         print(
             f"{spec.num_workers} workers, {args.size} float32 values per allreduce, "
             f"{args.lanes} lanes, pool {spec.pool_size}; switch {switch[0]}:{switch[1]}, "
