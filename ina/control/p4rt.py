@@ -41,7 +41,11 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1:9559"  # simple_switch_grpc's and the model's default port
 DEFAULT_DEVICE_ID = 1  # p4runtime-shell's and `ina switch`'s default (simple_switch_grpc: 0)
 DEFAULT_ELECTION_ID = (1, 0)  # p4runtime-shell's default, as (high, low)
-RPC_TIMEOUT = 30.0  # seconds for one unary RPC; a full register dump takes well under that
+RPC_TIMEOUT = 30.0  # seconds for one unary RPC
+# A Read's deadline covers decoding the reply too: protobuf 3.20 (p4runtime-shell's pin)
+# decodes in pure Python, about 200 us per entity, so every register (75,776 cells) takes
+# 10-20 s on a busy 2-core machine.
+READ_TIMEOUT = 120.0
 
 INSERT = p4runtime_pb2.Update.INSERT
 MODIFY = p4runtime_pb2.Update.MODIFY
@@ -439,7 +443,7 @@ class SwitchConnection:
         req.entities.extend(entities)
         out: list[p4runtime_pb2.Entity] = []
         try:
-            for rep in self.stub.Read(req, timeout=RPC_TIMEOUT):
+            for rep in self.stub.Read(req, timeout=READ_TIMEOUT):
                 out.extend(rep.entities)
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc_error(e) from None
