@@ -677,10 +677,6 @@ def run_workload(net: InaNetwork, kind: str, extra: list[str], timeout: float) -
     if kind == "train":
         cmds, env = train_commands(net, extra)
     else:
-        from ina.host.transport import run_seq_start
-
-        # every worker of a run starts at the same (random) sequence number
-        extra = ["--seq-start", str(run_seq_start(net.spec.pool_size)), *extra]
         cmds = {h: net.worker_cmd(kind, w, extra) for w, h in enumerate(net.topo.workers)}
         env = {}
     log(f"{kind} on {', '.join(cmds)}: {' '.join(cmds[net.topo.workers[0]][2:])} ...")

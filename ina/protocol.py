@@ -22,6 +22,8 @@ order::
     +---------------+---------------+-------------------------------+
     |                            bitmap                             |
     +---------------------------------------------------------------+
+    |                             epoch                             |
+    +---------------------------------------------------------------+
     |                   lane[0] ... lane[L-1] (int32)               |
     +---------------------------------------------------------------+
 
@@ -30,7 +32,10 @@ MAX: signed max). ``exp`` and ``level`` are always MAX-combined, whatever ``op``
 use them to agree on a scale (exponent) and on a compression level (DC2). ``slot`` and the
 SHADOW flag name one of the two shadow copies of a slot in the job's pool (SwitchML); ``seq`` is
 the job-wide chunk number and lets the switch reject stale duplicates. ``bitmap`` is filled in
-by the switch on replies: the workers that contributed to the slot so far.
+by the switch on replies: the workers that contributed to the slot so far. ``epoch`` names
+the *run* of the job the packet belongs to: a worker's first call JOINs a run (op JOIN, its
+random nonce in ``seq``), the switch answers with the run's epoch, and it drops packets of
+any other epoch as STALE, so no run ever sees another run's sums (docs/protocol.md, "Runs").
 
 The number of lanes ``L`` is fixed per deployment: ``P4_LANES`` for the P4 program (BMv2),
 any value up to ``MAX_LANES`` for the switch model, which accepts larger packets for speed.
@@ -61,6 +66,7 @@ class Op(enum.IntEnum):
     SUM = 1  # int32 add with wrap-around
     OR = 2  # bitwise or (index bitmaps of the homomorphic compressor)
     MAX = 3  # signed int32 max (per-chunk exponents)
+    JOIN = 4  # join a new run of the job: ``seq`` is the worker's nonce, lanes are ignored
 
 
 class Flag(enum.IntFlag):
@@ -93,9 +99,10 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("level", 8, "MAX-combined: compression level the workers agree on (DC2)"),
     Field("num_lanes", 16, "lanes that carry data (the rest are padding)"),
     Field("bitmap", 32, "switch -> worker: workers that contributed to the slot"),
+    Field("epoch", 32, "run of the job, assigned by the switch when the workers JOIN"),
 )
 
-HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8  # 20
+HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8  # 24
 # Byte offset of each field in the header.
 FIELD_OFFSETS = {
     f.name: sum(g.bits for g in HEADER_FIELDS[:i]) // 8 for i, f in enumerate(HEADER_FIELDS)
@@ -114,8 +121,8 @@ class DropReason(enum.IntEnum):
     MALFORMED = 0  # wrong version/op/length, or a RESULT/PENDING packet sent to the switch
     UNKNOWN_JOB = 1  # job_id not installed
     BAD_WORKER = 2  # worker_id >= the job's num_workers
-    BAD_SLOT = 3  # slot >= the job's pool_size
-    STALE = 4  # seq older than the slot's current generation
+    BAD_SLOT = 3  # slot >= the job's pool_size, or slot/SHADOW not those of seq
+    STALE = 4  # another run's epoch, or a seq older than the slot's current generation
 
 
 class Counter(enum.IntEnum):
@@ -136,6 +143,8 @@ class Counter(enum.IntEnum):
     DROP_BAD_WORKER = 9
     DROP_BAD_SLOT = 10
     DROP_STALE = 11
+    JOINS = 12  # JOIN requests counted into a run's join (not duplicates)
+    RUNS = 13  # runs whose workers all joined (one per run, like RESULTS per slot)
 
 
 NUM_COUNTERS = len(Counter)
@@ -183,6 +192,7 @@ class Header:
     level: int = 0
     num_lanes: int = 0
     bitmap: int = 0
+    epoch: int = 0
 
     def pack(self) -> bytes:
         a = np.zeros(1, HEADER_DTYPE)

@@ -9,7 +9,7 @@ import pytest
 
 from ina.host import quantize
 from ina.host.allreduce import LengthMismatch, Worker
-from ina.host.transport import ReduceTimeout, Transport
+from ina.host.transport import JoinTimeout, ReduceTimeout, Transport
 from ina.protocol import Counter, Op
 from ina.switch_model.impair import Impairment
 
@@ -128,11 +128,12 @@ def test_missing_worker_times_out_naming_it(harness_factory):
         with Worker(h.config(w, timeout=1.0, rto=0.05)) as worker:
             return worker.allreduce(np.ones(10, np.float32))
 
-    res = h.run(work, workers=[0, 2])  # worker 1 never shows up
+    res = h.run(work, workers=[0, 2])  # worker 1 never shows up: the run's join names it
     for r in res.values():
-        assert isinstance(r, ReduceTimeout)
+        assert isinstance(r, JoinTimeout)
         msg = str(r)
-        assert "job 1" in msg and "slot 0" in msg and "missing workers [1]" in msg
+        assert "job 1" in msg and "joined so far: workers [0, 2]" in msg
+        assert "missing workers [1]" in msg
 
 
 def test_unreachable_switch_times_out_with_a_message(harness_factory):

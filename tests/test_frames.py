@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from ina.protocol import UDP_PORT, Flag
+from ina.protocol import HEADER_BYTES, UDP_PORT, Flag
 from ina.scapy_layer import INA
 from ina.switch_model.frames import FramePipeline, ipv4_checksum, mac_to_int
 from ina.switch_model.pipeline import Pipeline
@@ -23,7 +23,7 @@ from ina.switch_model.tables import JobSpec, WorkerAddress
 
 LANES = 8
 SWITCH_IP, SWITCH_MAC = "10.0.0.254", "00:00:0a:00:00:fe"
-FRAME = 42 + 20 + 4 * LANES
+FRAME = 42 + HEADER_BYTES + 4 * LANES
 
 
 def mac(i: int) -> str:

@@ -26,7 +26,6 @@ from bmv2_topologies.launch import (
     same_process,
     stop_leftovers,
 )
-from ina.host.transport import run_seq_start
 from ina.protocol import P4_LANES
 
 HERE = Path(__file__).resolve().parent.parent / "bmv2_topologies"
@@ -195,7 +194,6 @@ def test_allreduce_across_three_mininet_hosts(kind, tmp_path, request):
 
         size = 30_000
         args = ["--size", str(size), "--iters", "2"]
-        args += ["--seq-start", str(run_seq_start(net.spec.pool_size))]
         cmds = {h: net.worker_cmd("allreduce", w, args) for w, h in enumerate(topo.workers)}
         results = net.run_on_hosts(cmds, timeout=120)
         for h, (rc, text) in results.items():

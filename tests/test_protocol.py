@@ -21,8 +21,8 @@ from ina.protocol import (
 from ina.scapy_layer import INA
 
 # version 1, op MAX, flags RETX|SHADOW, worker 5, job 0x0102, slot 0x0304, seq 0x05060708,
-# exp 9, level 10, num_lanes 2, bitmap 0x0b0c0d0e, lanes 1 and -2
-GOLDEN = bytes.fromhex("010306050102030405060708090a00020b0c0d0e00000001fffffffe")
+# exp 9, level 10, num_lanes 2, bitmap 0x0b0c0d0e, epoch 0x0f101112, lanes 1 and -2
+GOLDEN = bytes.fromhex("010306050102030405060708090a00020b0c0d0e0f10111200000001fffffffe")
 GOLDEN_HEADER = Header(
     version=1,
     op=Op.MAX,
@@ -35,13 +35,15 @@ GOLDEN_HEADER = Header(
     level=10,
     num_lanes=2,
     bitmap=0x0B0C0D0E,
+    epoch=0x0F101112,
 )
 
 
 def test_header_size_and_offsets():
-    assert HEADER_BYTES == 20 == HEADER_DTYPE.itemsize
+    assert HEADER_BYTES == 24 == HEADER_DTYPE.itemsize
     assert FIELD_OFFSETS["seq"] == 8 and FIELD_OFFSETS["bitmap"] == 16
-    assert packet_bytes(32) == 20 + 128
+    assert FIELD_OFFSETS["epoch"] == 20
+    assert packet_bytes(32) == 24 + 128
     assert [f.name for f in HEADER_FIELDS] == list(HEADER_DTYPE.names)
 
 
@@ -63,6 +65,7 @@ def test_scapy_golden_both_ways():
         exp=9,
         level=10,
         bitmap=0x0B0C0D0E,
+        epoch=0x0F101112,
         lanes=[1, -2],
     )
     assert bytes(pkt) == GOLDEN
@@ -78,7 +81,7 @@ def test_scapy_dissects_frames_on_the_ina_port():
     assert Ether(bytes(reply))[INA].lanes == [8]
 
 
-@pytest.mark.parametrize("bad", [b"", b"\x01" * 19, GOLDEN + b"\x00"])
+@pytest.mark.parametrize("bad", [b"", b"\x01" * 23, GOLDEN + b"\x00"])
 def test_decode_rejects_truncated_and_ragged(bad):
     with pytest.raises(ValueError):
         decode_packet(bad)

@@ -8,8 +8,8 @@ Three tables:
    checkout's service, also with ``--switch``).
 2. **Data-path latency during reads.** N worker processes run ``--calls`` allreduce calls of
    ``--size`` float32 values each through a switch model process (P4 pool size: every
-   register has 2,048 cells, 75,776 in all), half of them alone and half while a client in
-   this process reads every register with one wildcard ``Read`` after another (what finsy's
+   slot register has 2,048 cells, 80,064 in all), half of them alone and half while a client
+   in this process reads every register with one wildcard ``Read`` after another (what finsy's
    ``read(P4RegisterEntry())`` does), in alternating blocks. Per call: median, 99th
    percentile and worst time.
 3. **Read throughput.** Cells per second of a wildcard Read of every register and of every

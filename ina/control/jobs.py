@@ -15,19 +15,21 @@ is what makes the switch accept the job's packets, so it appears only once the g
 addresses it needs exist, and disappears first (P4Runtime orders dependent updates only
 across batches). A failed install removes what it had written.
 
-Before the job entry goes in, the pool is reset (`reset_pool`): a job starts at seq 0, which
-the switch accepts only into an unused slot copy (``slot_count`` 0), and a pool may hold a
-previous job's slots. How depends on the target, which one probe write tells apart:
+Before the job entry goes in, the pool is reset (`reset_pool`): a pool may hold a previous
+job's slots, which the switch would take for live ones of a run with the same epoch, so
+``slot_count`` of the pool's cells (0 marks an unused copy) and the job's run registers
+(``job_epoch``, ``join_bitmap``, ``join_count`` and its workers' ``join_nonce`` cells: no run
+yet) are zeroed. How depends on the target, which one probe write tells apart:
 
-- the switch model serves register writes over P4Runtime: ``slot_count`` of the pool's cells
-  is zeroed in one Write batch (the model also resets the pool itself on install);
+- the switch model serves register writes over P4Runtime: the cells are zeroed in one Write
+  batch (the model also resets the pool and the runs itself on install);
 - BMv2's P4Runtime server has no register writes at all (the probe comes back UNIMPLEMENTED;
   one failed update, never one per cell: thousands of failed updates make an error reply
   whose details exceed gRPC's 16 KiB metadata limit, RESOURCE_EXHAUSTED). With
   ``thrift_port``, the reset goes through BMv2's Thrift runtime CLI (``simple_switch_CLI``,
-  one process): ``register_reset`` of every slot register when no other job is installed
-  (a clean slate, as after a pipeline push), else ``register_write slot_count i 0`` for the
-  job's cells only, because ``register_reset`` would also clear other jobs' live slots.
+  one process): ``register_reset`` of every register when no other job is installed
+  (a clean slate, as after a pipeline push), else ``register_write`` of the job's cells
+  only, because ``register_reset`` would also clear other jobs' live slots and runs.
   Without ``thrift_port`` the reset is skipped with a warning: right after a pipeline push
   (which zeroes every register) that is harmless.
 """
@@ -44,12 +46,24 @@ import grpc
 
 from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, SwitchConnection
 from ina.p4.entities import REGISTERS
+from ina.protocol import MAX_WORKERS
 from ina.switch_model.tables import JobEntry, JobSpec
 
 log = logging.getLogger(__name__)
 
 SIMPLE_SWITCH_CLI = "simple_switch_CLI"
 COUNT_REGISTER = "slot_count"  # count 0 marks an unused slot copy
+
+
+def job_cells(job: JobEntry) -> list[tuple[str, int]]:
+    """(register, index) of every cell `reset_pool` zeroes for ``job``."""
+    i = job.job_index
+    cells = [
+        (COUNT_REGISTER, c) for c in range(job.pool_base * 2, (job.pool_base + job.pool_size) * 2)
+    ]
+    cells += [(name, i) for name in ("job_epoch", "join_bitmap", "join_count")]
+    cells += [("join_nonce", i * MAX_WORKERS + w) for w in range(MAX_WORKERS)]
+    return cells
 
 
 def _group_entity(conn: SwitchConnection, spec: JobSpec, group: int):
@@ -86,22 +100,21 @@ def _job_entity(conn: SwitchConnection, job: JobEntry):
 
 def reset_pool(conn: SwitchConnection, job: JobEntry, thrift_port: int | None = None) -> bool:
     """Zero ``slot_count`` of the job's pool (both shadow copies of each slot), so that its
-    chunks start fresh; the other slot registers are rewritten by a slot's first packet.
-    (BMv2 over Thrift with no other job installed: every slot register, whole.) See the
-    module docstring for how each target does it.
+    chunks start fresh, and the job's run registers, so that its first JOIN starts a run;
+    the other slot registers are rewritten by a slot's first packet. (BMv2 over Thrift with
+    no other job installed: every register, whole.) See the module docstring for how each
+    target does it.
 
     Returns False if the target could not do it (BMv2 without ``thrift_port``; logged).
     """
-    cells = range(job.pool_base * 2, (job.pool_base + job.pool_size) * 2)
+    cells = job_cells(job)
     try:  # the probe: one cell, so that a target without register writes fails once
-        conn.write([conn.update(MODIFY, conn.register_entry(COUNT_REGISTER, cells[0], 0))])
+        conn.write([conn.update(MODIFY, conn.register_entry(*cells[0], 0))])
     except P4RuntimeError as e:
         if e.codes != {grpc.StatusCode.UNIMPLEMENTED}:
             raise
     else:
-        conn.write(
-            [conn.update(MODIFY, conn.register_entry(COUNT_REGISTER, i, 0)) for i in cells[1:]]
-        )
+        conn.write([conn.update(MODIFY, conn.register_entry(name, i, 0)) for name, i in cells[1:]])
         return True
     if thrift_port is None:
         log.warning(
@@ -116,8 +129,8 @@ def reset_pool(conn: SwitchConnection, job: JobEntry, thrift_port: int | None = 
         )
         return False
     others = [j for j in list_jobs(conn).values() if j.job_id != job.job_id]
-    if others:  # only this job's cells: the other jobs' slots are live
-        commands = [f"register_write {COUNT_REGISTER} {i} 0" for i in cells]
+    if others:  # only this job's cells: the other jobs' slots and runs are live
+        commands = [f"register_write {name} {i} 0" for name, i in cells]
     else:
         commands = [f"register_reset {r.name}" for r in REGISTERS]
     run_thrift_cli(commands, thrift_port)

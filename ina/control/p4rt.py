@@ -43,7 +43,7 @@ DEFAULT_DEVICE_ID = 1  # p4runtime-shell's and `ina switch`'s default (simple_sw
 DEFAULT_ELECTION_ID = (1, 0)  # p4runtime-shell's default, as (high, low)
 RPC_TIMEOUT = 30.0  # seconds for one unary RPC
 # A Read's deadline covers decoding the reply too: protobuf 3.20 (p4runtime-shell's pin)
-# decodes in pure Python, about 200 us per entity, so every register (75,776 cells) takes
+# decodes in pure Python, about 200 us per entity, so every register (about 80,000 cells) takes
 # 10-20 s on a busy 2-core machine.
 READ_TIMEOUT = 120.0
 

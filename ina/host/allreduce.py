@@ -22,6 +22,10 @@ Compressed mode (density < 1; Li et al., ICML'24 behind a sparsifier with error 
    ``coding="support"``); peeled exactly, undecoded positions repaired by a dense SUM round;
 4. decode as in dense mode; the residual keeps what this worker's encoding did not carry.
 
+Every call is written once as a generator of switch rounds (`allreduce_steps`, see
+`ina.host.rounds`): `allreduce` drives it with the blocking UDP transport, the simulator
+(`ina.sim`) drives the same generator in virtual time.
+
 Level agreement (DC2): every call carries this worker's proposed compression level in the
 header's MAX-combined ``level`` field of its first round; the agreed level (the hardest any
 worker asked for) is what every worker uses from the next call on, so all workers always run
@@ -43,6 +47,7 @@ from ina.host.compression import (
     Memory,
     SparsifyCompressor,
 )
+from ina.host.rounds import Round, Steps, run_blocking
 from ina.host.transport import Transport, WorkerConfig
 from ina.protocol import Op
 
@@ -91,8 +96,13 @@ class Worker:
         ladder: Callable[[int], float] | None = None,
         level: int = 0,
         controller=None,
+        transport=None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``transport``: what carries the rounds (default: a UDP `Transport` for ``cfg``;
+        the simulator passes its own); ``clock``: the time the DC2 controller sees."""
         self.cfg = cfg
+        self.clock = clock
         # DC2: the controller sees every clean RTT sample and proposes levels on the ladder
         self.controller = controller
         if controller is not None:
@@ -102,11 +112,15 @@ class Worker:
             listener = rtt_listener
 
             def rtt_listener(rtt: np.ndarray) -> None:
-                controller.observe(rtt, time.monotonic())
+                controller.observe(rtt, self.clock())
                 if listener is not None:
                     listener(rtt)
 
-        self.transport = Transport(cfg, rtt_listener=rtt_listener, link=link)
+        if transport is None:
+            transport = Transport(cfg, rtt_listener=rtt_listener, link=link)
+        else:
+            transport.core.rtt_listener = rtt_listener
+        self.transport = transport
         self.last = AllreduceInfo()
         self.compression = compression or CompressionConfig()
         self.ladder = ladder
@@ -127,7 +141,7 @@ class Worker:
         """Once per training step with DC2: the controller's next proposal (returned)."""
         if self.controller is None:
             return self.level
-        index = self.controller.step(time.monotonic(), agreed_index=self.level)
+        index = self.controller.step(self.clock(), agreed_index=self.level)
         self.propose_level(index)
         return index
 
@@ -158,6 +172,13 @@ class Worker:
         per key; the same key must always carry a tensor of the same size). ``density``
         overrides the configured density for this call (every worker must pass the same:
         e.g. a dense warm-up before compression starts)."""
+        steps = self.allreduce_steps(x, average=average, key=key, density=density)
+        return run_blocking(steps, self.transport.reduce_round)
+
+    def allreduce_steps(
+        self, x, average: bool = False, key: object = None, density: float | None = None
+    ) -> Steps:
+        """`allreduce` as a generator of switch rounds (`ina.host.rounds`)."""
         is_torch = type(x).__module__.startswith("torch")
         if is_torch:
             import torch
@@ -168,7 +189,7 @@ class Worker:
         if not np.issubdtype(arr.dtype, np.floating):
             raise TypeError(f"allreduce takes float tensors, got {arr.dtype}")
         flat = arr.reshape(-1)
-        out = self.allreduce_flat(flat, average=average, key=key, density=density)
+        out = yield from self.allreduce_flat_steps(flat, average=average, key=key, density=density)
         out = out.astype(arr.dtype).reshape(arr.shape)
         if is_torch:
             return torch.from_numpy(out).to(x.device)
@@ -182,6 +203,17 @@ class Worker:
         density: float | None = None,
     ) -> np.ndarray:
         """Flat float array -> float64 sum (or mean) over workers."""
+        steps = self.allreduce_flat_steps(flat, average=average, key=key, density=density)
+        return run_blocking(steps, self.transport.reduce_round)
+
+    def allreduce_flat_steps(
+        self,
+        flat: np.ndarray,
+        average: bool = False,
+        key: object = None,
+        density: float | None = None,
+    ) -> Steps[np.ndarray]:
+        """`allreduce_flat` as a generator of switch rounds."""
         quantize.check_finite(flat)
         if flat.size and float(np.abs(flat).max()) >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
@@ -190,14 +222,14 @@ class Worker:
         elif not 0.0 < density <= 1.0:
             raise ValueError(f"density must be in (0, 1], got {density}")
         if density < 1.0 and flat.size:
-            out = self._allreduce_compressed(flat, density, key)
+            out = yield from self._compressed_steps(flat, density, key)
         else:
-            out = self._allreduce_dense(flat)
+            out = yield from self._dense_steps(flat)
         if average:
             out /= self.cfg.num_workers
         return out
 
-    def _allreduce_dense(self, flat: np.ndarray) -> np.ndarray:
+    def _dense_steps(self, flat: np.ndarray) -> Steps[np.ndarray]:
         n = flat.size
         N = self.cfg.num_workers
         L = self.cfg.lanes
@@ -206,29 +238,27 @@ class Worker:
         exps = quantize.block_exponents(flat, L) if n else np.zeros(0, np.int32)
         meta = np.concatenate([np.array([n, -n], np.int32), exps])
 
-        def check_length(chunk: int, lanes: np.ndarray) -> None:
-            if chunk == 0 and int(lanes[0]) != -int(lanes[1]):
+        def check_length(lanes: np.ndarray) -> None:
+            if int(lanes[0]) != -int(lanes[1]):
                 raise LengthMismatch(
                     f"job {self.cfg.job_id}: workers disagree on the tensor length "
                     f"(between {-int(lanes[1])} and {int(lanes[0])}); this worker has {n}"
                 )
 
-        meta_out = self.transport.reduce(
-            meta, Op.MAX, level=self.proposed_level, on_chunk=check_length
-        )
+        meta_out = yield Round(meta, Op.MAX, level=self.proposed_level, check=check_length)
         self.level = meta_out.level
         agreed = meta_out.values[2:]
         if n == 0:
             return np.zeros(0)
         ints = quantize.encode(flat, agreed, L, N)
-        sums = self.transport.reduce(ints, Op.SUM).values
+        sums = (yield Round(ints, Op.SUM)).values
         out = quantize.decode(sums, agreed, L, N)
         self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, L, N, n))
         self.last_int_sums = sums
         self.last_ints = ints
         return out
 
-    def _allreduce_compressed(self, flat: np.ndarray, density: float, key: object) -> np.ndarray:
+    def _compressed_steps(self, flat: np.ndarray, density: float, key: object) -> Steps[np.ndarray]:
         n = flat.size
         N = self.cfg.num_workers
         k = f"{key!r}:{n}"  # a bucket whose size changes starts a fresh residual
@@ -242,14 +272,14 @@ class Worker:
         mask[sparse.indices] = True
         # the whole bucket shares one scale: the sketch mixes positions
         exp = int(quantize.block_exponents(sparse.values, max(sparse.values.size, 1))[0])
-        support = self.homomorphic.agree_support(
-            mask, self.transport_reduce, exp=exp, level=self.proposed_level
+        support = yield from self.homomorphic.agree_support_steps(
+            mask, exp=exp, level=self.proposed_level
         )
         self.level = support.level
         agreed = np.array([support.exp], np.int32)
         ints = np.zeros(n, np.int32)
         ints[sparse.indices] = quantize.encode(sparse.values, agreed, n, N)
-        result = self.homomorphic.reduce_values(ints, support, self.transport_reduce)
+        result = yield from self.homomorphic.reduce_values_steps(ints, support)
         sent = quantize.decode(ints, agreed, n, N)  # what this worker's encoding carried
         self.memory.update(k, compensated, sent)
         self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, n, N, n))
@@ -257,8 +287,3 @@ class Worker:
         self.last_ints = ints
         self.last_compressed = result
         return quantize.decode(result.values, agreed, n, N)
-
-    def transport_reduce(self, values: np.ndarray, op: Op, exp: int = 0, level: int = 0):
-        """The ``reduce`` callable of the homomorphic compressor: the switch."""
-        r = self.transport.reduce(values, op, exp=exp, level=level)
-        return r.values, r.exp, r.level

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from ina.errors import UsageError, run_command
-from ina.host.transport import WorkerConfig, run_seq_start
+from ina.host.transport import WorkerConfig
 from ina.protocol import MAX_LANES, MAX_WORKERS
 from ina.switch_model.run import MAX_POOL
 from ina.switch_model.tables import JobSpec, load_jobs
@@ -82,11 +82,8 @@ def worker_configs(
     switch: tuple[str, int],
     lanes: int,
     timeout: float,
-    seq_start: int | None = None,
 ) -> list[WorkerConfig]:
-    """Configs of every worker of ``spec``; one random ``seq_start`` for the run if None."""
-    if seq_start is None:
-        seq_start = run_seq_start(spec.pool_size)
+    """Configs of every worker of ``spec`` (they join a fresh run of the job on first use)."""
     return [
         WorkerConfig(
             job_id=spec.job_id,
@@ -97,7 +94,6 @@ def worker_configs(
             pool_size=spec.pool_size,
             lanes=lanes,
             timeout=timeout,
-            seq_start=seq_start,
         )
         for w in spec.workers
     ]
@@ -153,12 +149,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help="IP:PORT of a running switch (default: start a model)")
     p.add_argument("--jobs", help="jobs file describing the job (with --switch)")
     p.add_argument("--worker-id", type=int, help="with --switch: run only this worker")
-    p.add_argument(
-        "--seq-start",
-        type=int,
-        help="first sequence number, the same for every worker of the run (default: random; "
-        "give one when workers start separately, e.g. one per Mininet host)",
-    )
 
 
 def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
@@ -213,8 +203,6 @@ def check_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--switch {args.switch!r}: give IP:PORT of the switch's INA port")
         if not args.jobs:
             raise UsageError("--switch needs --jobs (the job's workers and pool)")
-        if args.worker_id is not None and args.seq_start is None:
-            raise UsageError("--worker-id needs --seq-start (all workers of a run share it)")
     elif args.jobs or args.worker_id is not None:
         raise UsageError("--jobs and --worker-id go with --switch (a running switch)")
 
@@ -224,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
     if args.switch:
         host, port = args.switch.rsplit(":", 1)
         spec = load_jobs(args.jobs)[0]
-        cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout, args.seq_start)
+        cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout)
         if args.worker_id is not None:
             cfgs = [c for c in cfgs if c.worker_id == args.worker_id]
             if not cfgs:

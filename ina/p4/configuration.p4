@@ -26,6 +26,9 @@ const bit<32> SLOT_REGISTER_SIZE = POOL_SLOTS * 2;
 // sizes the per-worker counters. 64 jobs x 16 slots each still fit the pool.
 const bit<32> MAX_JOBS = 64;
 
+// JoinRun keeps each worker's last JOIN nonce: one cell per (job_index, worker_id).
+const bit<32> JOIN_NONCE_SIZE = MAX_JOBS * INA_MAX_WORKERS;
+
 // One worker_table entry per (job, worker): every job may have INA_MAX_WORKERS workers (the
 // width of the slot bitmap).
 const bit<32> WORKER_TABLE_SIZE = MAX_JOBS * INA_MAX_WORKERS;

@@ -130,12 +130,19 @@ COUNTERS: tuple[CounterArray, ...] = (
 )
 
 _REG_SIZE = POOL_SLOTS * 2
+JOIN_NONCE_SIZE = MAX_JOBS * MAX_WORKERS  # one nonce per (job_index, worker_id)
 REGISTERS: tuple[RegisterArray, ...] = (
     RegisterArray("slot_seq", _id(REGISTER, 1), _REG_SIZE, 32),
     RegisterArray("slot_bitmap", _id(REGISTER, 2), _REG_SIZE, 32),
     RegisterArray("slot_count", _id(REGISTER, 3), _REG_SIZE, 8),
     RegisterArray("slot_exp", _id(REGISTER, 4), _REG_SIZE, 8),
     RegisterArray("slot_level", _id(REGISTER, 5), _REG_SIZE, 8),
+    RegisterArray("slot_epoch", _id(REGISTER, 6), _REG_SIZE, 32),
+    # JoinRun: per job (job_index), and per job and worker for the nonces
+    RegisterArray("job_epoch", _id(REGISTER, 7), MAX_JOBS, 32),
+    RegisterArray("join_bitmap", _id(REGISTER, 8), MAX_JOBS, 32),
+    RegisterArray("join_count", _id(REGISTER, 9), MAX_JOBS, 8),
+    RegisterArray("join_nonce", _id(REGISTER, 10), JOIN_NONCE_SIZE, 32),
     *(
         RegisterArray(f"slot_lane_{i}", _id(REGISTER, 16 + i), _REG_SIZE, 32)
         for i in range(P4_LANES)

@@ -1,4 +1,4 @@
-// exp_level_max.p4: stage 6, ExpLevelMax (pipeline.py): the agreed exponent and level.
+// exp_level_max.p4: stage 7, ExpLevelMax (pipeline.py): the agreed exponent and level.
 
 #ifndef INA_EXP_LEVEL_MAX_P4
 #define INA_EXP_LEVEL_MAX_P4

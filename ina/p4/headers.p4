@@ -16,6 +16,8 @@
 //     +---------------+---------------+-------------------------------+
 //     |                            bitmap                             |
 //     +---------------------------------------------------------------+
+//     |                             epoch                             |
+//     +---------------------------------------------------------------+
 //     |                lane_0 ... lane_{P4_LANES-1} (int32)           |
 //     +---------------------------------------------------------------+
 
@@ -82,6 +84,9 @@ struct metadata_t {
     slot_count_t     count;        // contributions in the copy after this packet
     bitmap_t         bitmap;       // workers in the copy after this packet
     bool             complete;     // the copy holds the full aggregate (see SlotState)
+
+    // JoinRun: the job's current run (after a JOIN that starts one, the new run).
+    epoch_t          epoch;
 
     // ExpLevelMax: the copy's exponent and level after this packet.
     exp_t            exp;

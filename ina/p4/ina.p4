@@ -18,6 +18,7 @@
 #include "validate.p4"
 #include "job_lookup.p4"
 #include "worker_check.p4"
+#include "join_run.p4"
 #include "slot_state.p4"
 #include "lane_aggregate.p4"
 #include "exp_level_max.p4"
@@ -33,6 +34,7 @@ control InaIngress(inout headers_t hdr,
     Validate() validate;
     JobLookup() job_lookup;
     WorkerCheck() worker_check;
+    JoinRun() join_run;
     SlotState() slot_state;
     LaneAggregate() lane_aggregate;
     ExpLevelMax() exp_level_max;
@@ -49,26 +51,34 @@ control InaIngress(inout headers_t hdr,
             if (!meta.dropped) {
                 job_lookup.apply(hdr.ina, meta, standard_metadata);
             }
-            // 3. WorkerCheck: worker_id < num_workers (BAD_WORKER); slot and SHADOW copy are
-            //    the ones of seq (BAD_SLOT).
+            // 3. WorkerCheck: worker_id < num_workers (BAD_WORKER); for data, slot and
+            //    SHADOW copy are the ones of seq (BAD_SLOT).
             if (!meta.dropped) {
                 worker_check.apply(hdr.ina, meta, standard_metadata);
             }
-            // 4. SlotState: NEW / STALE (drop) / DUPLICATE / CONTRIBUTE for the slot copy.
+            // 4. JoinRun: a JOIN joins a run of the job (NEW run / CONTRIBUTE / DUPLICATE);
+            //    a data packet must carry the run's epoch (else STALE).
             if (!meta.dropped) {
+                join_run.apply(hdr.ina, meta, standard_metadata);
+            }
+            bool data = hdr.ina.op != OP_JOIN;
+            // 5. SlotState: NEW / STALE (drop) / DUPLICATE / CONTRIBUTE for the slot copy.
+            if (!meta.dropped && data) {
                 slot_state.apply(hdr.ina, meta, standard_metadata);
             }
             if (!meta.dropped) {
-                // 5. LaneAggregate: write, combine (SUM/OR/MAX) or read the lane registers.
-                lane_aggregate.apply(hdr.lanes, meta.row, hdr.ina.op, meta.slot_action,
-                                     meta.complete);
-                // 6. ExpLevelMax: MAX-combine exp and level into the slot copy.
-                exp_level_max.apply(hdr.ina, meta);
-                // 7. ResultEmit: multicast a completed slot's result, answer a duplicate by
-                //    unicast (stored result or PENDING), drop an absorbed contribution.
+                if (data) {
+                    // 6. LaneAggregate: write, combine (SUM/OR/MAX) or read the lanes.
+                    lane_aggregate.apply(hdr.lanes, meta.row, hdr.ina.op, meta.slot_action,
+                                         meta.complete);
+                    // 7. ExpLevelMax: MAX-combine exp and level into the slot copy.
+                    exp_level_max.apply(hdr.ina, meta);
+                }
+                // 8. ResultEmit: multicast a completed slot's (or run join's) result, answer
+                //    a duplicate by unicast (stored result or PENDING), drop an absorbed one.
                 result_emit.apply(hdr.ina, meta, standard_metadata);
             }
-            // 8. Stats: PACKETS_IN and what happened to the packet.
+            // 9. Stats: PACKETS_IN and what happened to the packet.
             stats.apply(hdr.ina, meta);
         } else {
             // Not INA: L2 forwarding on the destination MAC.

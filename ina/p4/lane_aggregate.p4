@@ -1,4 +1,4 @@
-// lane_aggregate.p4: stage 5, LaneAggregate (pipeline.py): the lanes and their registers.
+// lane_aggregate.p4: stage 6, LaneAggregate (pipeline.py): the lanes and their registers.
 
 #ifndef INA_LANE_AGGREGATE_P4
 #define INA_LANE_AGGREGATE_P4

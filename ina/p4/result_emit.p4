@@ -1,9 +1,10 @@
-// result_emit.p4: stage 7, ResultEmit (pipeline.py): what leaves the switch, and where.
+// result_emit.p4: stage 8, ResultEmit (pipeline.py): what leaves the switch, and where.
 
 #ifndef INA_RESULT_EMIT_P4
 #define INA_RESULT_EMIT_P4
 
-// Runs for packets that passed SlotState (NEW, CONTRIBUTE or DUPLICATE):
+// Runs for packets that passed SlotState (NEW, CONTRIBUTE or DUPLICATE), and for JOINs as
+// JoinRun decided them (the same verdicts for the run's join instead of a slot copy):
 //   NEW/CONTRIBUTE that completes the slot  RESULT to the job's multicast group (one copy
 //                                           per worker; the egress addresses each copy);
 //   NEW/CONTRIBUTE that does not             absorbed: dropped without a drop reason;
@@ -14,8 +15,9 @@
 //                                           name the workers still missing.
 // Every reply is the request's INA header with: flags = RESULT or PENDING, plus the
 // request's SHADOW bit (RETX is cleared); bitmap, exp and level = the slot copy's after this
-// packet. version, op, worker_id (the sender's, also in multicast copies), job_id, slot,
-// seq and num_lanes stay as the request had them.
+// packet (for a JOIN: the join bitmap, the request's exp and level); epoch = the run's.
+// version, op, worker_id (the sender's, also in multicast copies), job_id, slot, seq and
+// num_lanes stay as the request had them.
 control ResultEmit(inout ina_h ina,
                    inout metadata_t meta,
                    inout standard_metadata_t standard_metadata) {
@@ -47,6 +49,7 @@ control ResultEmit(inout ina_h ina,
             ina.bitmap = meta.bitmap;
             ina.exp = meta.exp;
             ina.level = meta.level;
+            ina.epoch = meta.epoch;
         }
     }
 }

@@ -1,4 +1,4 @@
-// slot_state.p4: stage 4, SlotState (pipeline.py): what this packet does to its slot copy.
+// slot_state.p4: stage 5, SlotState (pipeline.py): what this packet does to its slot copy.
 
 #ifndef INA_SLOT_STATE_P4
 #define INA_SLOT_STATE_P4
@@ -8,7 +8,8 @@
 // Chunk seq lives in slot seq % pool_size, copy (seq / pool_size) % 2, and a worker sends
 // seq + pool_size only once it has the result of seq; so a copy's generations are exactly
 // g, g + 2 * pool_size, g + 4 * pool_size, ... (mod 2^32). For its copy, the packet is:
-//   NEW        if the copy is unused (count 0: any seq; installing a job resets its pool) or
+//   NEW        if the copy is unused (count 0: any seq; installing a job resets its pool),
+//              was written by an earlier run (slot_epoch != the run's epoch, JoinRun), or
 //              the packet carries its next generation, seq == stored seq + 2 * pool_size;
 //              it starts the aggregation (seq, bitmap = {worker}, count = 1; lanes written);
 //   STALE      if its seq is any other than the copy's current one: dropped;
@@ -32,6 +33,8 @@ control SlotState(in ina_h ina,
     register<bitmap_t>(SLOT_REGISTER_SIZE) slot_bitmap;
     @name(".slot_count") @id(REGISTER_ID_SLOT_COUNT)
     register<slot_count_t>(SLOT_REGISTER_SIZE) slot_count;
+    @name(".slot_epoch") @id(REGISTER_ID_SLOT_EPOCH)
+    register<epoch_t>(SLOT_REGISTER_SIZE) slot_epoch;
 
     apply {
         // Rows of this packet's copy and of the other copy of the same slot.
@@ -50,15 +53,20 @@ control SlotState(in ina_h ina,
         seq_t stored_seq;
         slot_count_t count;
         bitmap_t bitmap;
+        epoch_t stored_epoch;
         slot_seq.read(stored_seq, meta.row);
         slot_count.read(count, meta.row);
         slot_bitmap.read(bitmap, meta.row);
+        slot_epoch.read(stored_epoch, meta.row);
         seq_t generation_step = (seq_t) meta.pool_size << 1;  // 2 * pool_size
 
-        // An unused copy takes any seq (WorkerCheck made it consistent with slot and copy).
-        if (count == 0 || ina.seq == stored_seq + generation_step) {  // mod 2^32
+        // An unused copy, or one of an earlier run, takes any seq (WorkerCheck made it
+        // consistent with slot and copy).
+        if (count == 0 || stored_epoch != meta.epoch
+                || ina.seq == stored_seq + generation_step) {  // mod 2^32
             meta.slot_action = slot_action_t.NEW;
             slot_seq.write(meta.row, ina.seq);
+            slot_epoch.write(meta.row, meta.epoch);
             bitmap = mask;
             count = 1;
         } else if (ina.seq != stored_seq) {

@@ -1,4 +1,4 @@
-// stats.p4: stage 8, Stats (pipeline.py): the aggregation counters, counted in ingress.
+// stats.p4: stage 9, Stats (pipeline.py): the aggregation counters, counted in ingress.
 
 #ifndef INA_STATS_P4
 #define INA_STATS_P4
@@ -19,9 +19,10 @@ counter(WORKER_COUNTER_SIZE, CounterType.packets_and_bytes) worker_contributions
 
 // Per INA packet: PACKETS_IN, and then exactly one of
 //   a drop counter (COUNTER_DROP_FIRST + drop reason),
-//   AGGREGATED and the worker's worker_contributions cell, plus RESULTS if it completed the
-//   slot (once per slot, however many copies leave),
-//   DUPLICATES, plus RETX_REPLIES (stored result sent again) or PENDING_REPLIES.
+//   DUPLICATES, plus RETX_REPLIES (stored result sent again) or PENDING_REPLIES,
+//   for a JOIN: JOINS, plus RUNS if it completed the run's join,
+//   for data: AGGREGATED and the worker's worker_contributions cell, plus RESULTS if it
+//   completed the slot (once per slot, however many copies leave).
 // An absorbed contribution that does not complete its slot is counted, not dropped.
 control Stats(in ina_h ina, in metadata_t meta) {
     apply {
@@ -34,6 +35,11 @@ control Stats(in ina_h ina, in metadata_t meta) {
                 ina_stats.count(COUNTER_RETX_REPLIES);
             } else {
                 ina_stats.count(COUNTER_PENDING_REPLIES);
+            }
+        } else if (ina.op == OP_JOIN) {
+            ina_stats.count(COUNTER_JOINS);
+            if (meta.reply == reply_t.RESULT_MULTICAST) {
+                ina_stats.count(COUNTER_RUNS);
             }
         } else {
             ina_stats.count(COUNTER_AGGREGATED);

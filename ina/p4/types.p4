@@ -31,7 +31,8 @@ typedef bit<8>  drop_reason_t;     // DropReason
 
 // -- Internal decisions (metadata only, never on the wire) -----------------------------------
 
-// SlotState's verdict on a packet for its slot copy (ina/switch_model/pipeline.py, stage 4).
+// SlotState's verdict on a packet for its slot copy (ina/switch_model/pipeline.py, stage 5),
+// and JoinRun's on a JOIN for its job's run join (stage 4): the same four outcomes.
 enum bit<3> slot_action_t {
     NONE       = 0,  // not decided: the packet was dropped before SlotState
     NEW        = 1,  // first contribution of a newer generation: lanes are written

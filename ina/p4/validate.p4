@@ -7,7 +7,7 @@
 // switch model's conditions:
 //   - it parsed whole: INA header and all P4_LANES lanes present (no parser error);
 //   - its UDP datagram is exactly one INA payload long (UDP length == INA_UDP_LENGTH);
-//   - version == INA_VERSION and OP_SUM <= op <= OP_MAX;
+//   - version == INA_VERSION and OP_SUM <= op <= OP_JOIN;
 //   - neither RESULT nor PENDING is set: those only travel switch -> worker;
 //   - num_lanes <= P4_LANES.
 control Validate(in headers_t hdr,
@@ -21,7 +21,7 @@ control Validate(in headers_t hdr,
         if (parsed) {
             well_formed = hdr.udp.length == INA_UDP_LENGTH
                           && hdr.ina.version == INA_VERSION
-                          && hdr.ina.op >= OP_SUM && hdr.ina.op <= OP_MAX
+                          && hdr.ina.op >= OP_SUM && hdr.ina.op <= OP_JOIN
                           && (hdr.ina.flags & (FLAG_RESULT | FLAG_PENDING)) == 0
                           && hdr.ina.num_lanes <= P4_LANES;
         }

@@ -3,8 +3,9 @@
 #ifndef INA_WORKER_CHECK_P4
 #define INA_WORKER_CHECK_P4
 
-// worker_id must name a bit of the job's bitmap (< num_workers), else BAD_WORKER. The slot
-// and its copy must be the ones of the packet's seq, else BAD_SLOT: chunk seq of a job lives
+// worker_id must name a bit of the job's bitmap (< num_workers), else BAD_WORKER. For data
+// packets (not JOIN, whose seq is a nonce), the slot and its copy must be the ones of the
+// packet's seq, else BAD_SLOT: chunk seq of a job lives
 // in slot seq % pool_size, copy (seq / pool_size) % 2 (the SHADOW flag). pool_size is a power
 // of two (the control plane refuses others), so both are bit masks of seq. The worker is
 // checked first, as in the switch model, so a packet wrong in both counts as BAD_WORKER.
@@ -19,9 +20,10 @@ control WorkerCheck(in ina_h ina,
             meta.dropped = true;
             meta.drop_reason = DROP_REASON_BAD_WORKER;
             mark_to_drop(standard_metadata);
-        } else if (ina.slot >= meta.pool_size
-                   || (ina.seq & (pool_size - 1)) != (seq_t) ina.slot
-                   || seq_shadow != flag_shadow) {
+        } else if (ina.op != OP_JOIN
+                   && (ina.slot >= meta.pool_size
+                       || (ina.seq & (pool_size - 1)) != (seq_t) ina.slot
+                       || seq_shadow != flag_shadow)) {
             meta.dropped = true;
             meta.drop_reason = DROP_REASON_BAD_SLOT;
             mark_to_drop(standard_metadata);

@@ -1,7 +1,7 @@
 """Read replies for counter and register cells, encoded straight to protobuf wire format.
 
-A wildcard ``Read`` of every register returns one ``Entity`` per cell (75,776 with our P4Info);
-built as protobuf objects with the pure-Python protobuf runtime that p4runtime-shell pins
+A wildcard ``Read`` of every register returns one ``Entity`` per cell (80,064 with our
+P4Info); built as protobuf objects with the pure-Python protobuf runtime that p4runtime-shell pins
 (protobuf < 3.21) that is about 150 us per cell, 10-20 s in all, and the gRPC thread holds
 the GIL most of that time. Counter and register entities are tiny fixed-shape messages, so
 here they are encoded with numpy for a whole array of cells at once (a few ms for all

@@ -18,6 +18,7 @@ P4Runtime entity                      switch model state
 multicast group entries               ``Tables.mcast_groups[group] = [(port, instance)]``
 ``ina_stats``, ``worker_contributions``  ``Pipeline.counters.stats`` / ``.workers``
 ``slot_*`` registers                  ``Pipeline.registers`` (``slot_lane_i`` = lane i)
+``job_epoch``, ``join_*`` registers   ``Pipeline.runs`` (JoinRun)
 ====================================  =====================================================
 
 Behaviour follows the P4Runtime specification; where the specification leaves a choice, the
@@ -370,7 +371,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Read(self, request, context) -> Iterator[bytes]:  # noqa: N802
         """Serialized ReadResponses (see `_add_to_server`): the state is copied under the
         pipeline lock, and encoded and sent after it, in messages of at most _READ_BYTES, so
-        a read of every register (75,776 cells) holds up the data path for a copy only."""
+        a read of every register (about 80,000 cells) holds up the data path for a copy only."""
         try:
             self._check_device(request.device_id)
             if request.role:
@@ -603,6 +604,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         t.workers.clear()
         t.mcast_groups.clear()
         self.pipeline.registers.reset()
+        self.pipeline.runs.reset_all()
         self.pipeline.counters.reset()
         self._forward.clear()
         self._job_drops.clear()
@@ -926,8 +928,12 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         r = self._schema.registers.get(register_id)
         if r is None or register_id not in self._lane_of:
             raise _fail(SC.INVALID_ARGUMENT, f"unknown register id {register_id:#x}")
-        size = min(r.size, 2 * self.pipeline.pool_total)
-        return r, self._lane_of[register_id], size
+        lane = self._lane_of[register_id]
+        if lane is None:  # the model's pool may be smaller than the program's
+            size = min(r.size, len(self.pipeline.register_cells(r.preamble.name)))
+        else:
+            size = min(r.size, 2 * self.pipeline.pool_total)
+        return r, lane, size
 
     def _write_register(self, utype: int, re: p4runtime_pb2.RegisterEntry) -> None:
         r, lane, size = self._register(re.register_id)
@@ -940,7 +946,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         value = decode_uint(re.data.bitstring, bits, name)
         regs = self.pipeline.registers
         if lane is None:
-            cells = getattr(regs, name.removeprefix("slot_"))
+            cells = self.pipeline.register_cells(name)
             for i in idx:
                 cells[i] = value
         elif lane >= regs.lanes:
@@ -1041,7 +1047,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             name, bits = r.preamble.name, r.type_spec.bitstring.bit.bitwidth
             idx = self._indices(name, q, size, r.size)
             if lane is None:
-                cells = getattr(regs, name.removeprefix("slot_"))[idx.start : idx.stop]
+                cells = self.pipeline.register_cells(name)[idx.start : idx.stop]
                 if isinstance(cells, np.ndarray):
                     cells = cells.copy()  # a slice of a list is a copy already
             elif lane >= regs.lanes:

@@ -5,10 +5,15 @@ names of the P4 controls and run in the same order:
 
 1. ``Validate``       version, op, flags, length and lane count; else drop MALFORMED.
 2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB.
-3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER); slot < pool_size and slot and
-                      shadow copy consistent with seq (BAD_SLOT, see below).
-4. ``SlotState``      one of the slot's two shadow copies, chosen by the SHADOW flag:
-                      - NEW: the packet carries the copy's next generation -> it starts the
+3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER); for data packets, slot < pool_size
+                      and slot and shadow copy consistent with seq (BAD_SLOT, see below).
+4. ``JoinRun``        the job's runs. A JOIN packet joins a run (below) and is answered
+                      like a slot: RESULT to the job's multicast group when the run's last
+                      worker joins, a RESULT or PENDING by unicast to a duplicate. A data
+                      packet must carry the job's current ``epoch``, else drop STALE.
+5. ``SlotState``      one of the slot's two shadow copies, chosen by the SHADOW flag:
+                      - NEW: the copy is unused, belongs to an earlier run (its epoch), or
+                        the packet carries the copy's next generation -> it starts the
                         aggregation (its lanes are written, not added);
                       - STALE: any other seq than the copy's current one -> drop;
                       - DUPLICATE: the copy is complete, or the worker's bit is already
@@ -16,24 +21,32 @@ names of the P4 controls and run in the same order:
                       - CONTRIBUTE: set the worker's bit, count it.
                       Every counted contribution also clears the worker's bit in the other
                       copy (SwitchML), so that copy shows which workers still need its result.
-5. ``LaneAggregate``  per lane: write (NEW), SUM/OR/MAX into the register (CONTRIBUTE), or
+6. ``LaneAggregate``  per lane: write (NEW), SUM/OR/MAX into the register (CONTRIBUTE), or
                       read the stored result (DUPLICATE into a completed slot).
-6. ``ExpLevelMax``    ``slot_exp`` and ``slot_level`` are MAX-combined on every contribution.
-7. ``ResultEmit``     the contribution that completes the slot leaves as RESULT to the job's
+7. ``ExpLevelMax``    ``slot_exp`` and ``slot_level`` are MAX-combined on every contribution.
+8. ``ResultEmit``     the contribution that completes the slot leaves as RESULT to the job's
                       multicast group; a DUPLICATE into a complete slot gets the stored result
                       by unicast; a DUPLICATE into an incomplete one a PENDING reply (with the
                       bitmap, so the worker can name who is missing).
-8. ``Stats``          the ``ina_stats`` and ``worker_contributions`` counters.
+9. ``Stats``          the ``ina_stats`` and ``worker_contributions`` counters.
 
-Why the sequence number: chunk ``seq`` of a job lives in slot ``seq % pool_size``, copy
+Why the sequence number: chunk ``seq`` of a run lives in slot ``seq % pool_size``, copy
 ``(seq // pool_size) % 2`` (pool sizes are powers of two, so these are bit masks in P4). A
 worker sends ``seq + pool_size`` (same slot, other copy) only after it has the result of
-``seq``, so a copy's generations are exactly ``g, g + 2 * pool_size, ...``: once a copy is in
-use, a packet with any other seq is stale (or from another run) and can never enter a sum,
-and reuse needs no reset message. Installing a job resets its pool (unused copies accept any
-consistent seq). Each run of a job starts at a random multiple of ``2 * pool_size`` that all
-its workers share (``WorkerConfig.seq_start``), so a run that meets a previous run's copies
-gets STALE drops and a clear timeout, never the previous run's stored results.
+``seq``, so within a run a copy's generations are exactly ``g, g + 2 * pool_size, ...``: once
+a copy is in use, a packet with any other seq is stale and can never enter a sum, and reuse
+needs no reset message.
+
+Why runs (epochs): every run of a job starts at seq 0, so without them a second run would
+meet the first run's completed copies holding the same seqs and be answered with the first
+run's sums. A worker's first call sends JOIN with a random nonce in ``seq``; the switch keeps,
+per job, the run's ``job_epoch``, the bitmap and count of workers that joined it, and each
+worker's last nonce. A JOIN whose nonce is the worker's stored one and whose bit is set is a
+duplicate (answered, never counted); any other JOIN counts, and starts a new run (epoch + 1,
+join bitmap = {worker}) when no run was joined yet, the last run's join was complete, or the
+worker's bit was already set (it restarted). Data packets carry the epoch; a copy written in
+an earlier epoch counts as unused. Installing a job resets its pool and its runs (epoch 0,
+which packets of clients that never JOIN use).
 
 The pipeline processes batches: parsing and validation are vectorized over the batch; the
 stateful stages run per packet in order, so a batch behaves exactly like the same packets one
@@ -60,14 +73,14 @@ from ina.protocol import (
     Op,
     packet_bytes,
 )
-from ina.switch_model.state import Counters, SlotRegisters
+from ina.switch_model.state import Counters, RunRegisters, SlotRegisters
 from ina.switch_model.tables import JobEntry, Tables
 
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
 
 _MASK32 = (1 << 32) - 1
 # Plain ints for the per-packet loop (enum arithmetic there costs more than the work).
-_SUM, _OR = int(Op.SUM), int(Op.OR)
+_SUM, _OR, _JOIN = int(Op.SUM), int(Op.OR), int(Op.JOIN)
 _DROP_UNKNOWN_JOB = 2 * int(Counter.DROP_UNKNOWN_JOB)
 _DROP_BAD_WORKER = 2 * int(Counter.DROP_BAD_WORKER)
 _DROP_BAD_SLOT = 2 * int(Counter.DROP_BAD_SLOT)
@@ -77,6 +90,8 @@ _RETX_REPLIES = 2 * int(Counter.RETX_REPLIES)
 _PENDING_REPLIES = 2 * int(Counter.PENDING_REPLIES)
 _AGGREGATED = 2 * int(Counter.AGGREGATED)
 _RESULTS = 2 * int(Counter.RESULTS)
+_JOINS = 2 * int(Counter.JOINS)
+_RUNS = 2 * int(Counter.RUNS)
 
 
 @dataclass
@@ -128,19 +143,29 @@ class Pipeline:
         self.payload_bytes = packet_bytes(lanes)
         self.tables = tables if tables is not None else Tables()
         self.registers = SlotRegisters(pool_total, lanes)
+        self.runs = RunRegisters()
         self.counters = Counters()
 
     # -- control plane -----------------------------------------------------------------
 
     def install_job(self, job: JobEntry) -> None:
-        """Add or replace a job; its pool's registers are reset (a new generation space)."""
+        """Add or replace a job; its pool's registers and its runs are reset."""
         self.tables.add_job(job, self.pool_total)
         self.registers.reset(job.pool_base, job.pool_size)
+        self.runs.reset(job.job_index)
 
     def remove_job(self, job_id: int) -> None:
         job = self.tables.jobs.pop(job_id, None)
         if job is not None:
             self.registers.reset(job.pool_base, job.pool_size)
+            self.runs.reset(job.job_index)
+
+    def register_cells(self, name: str) -> list[int]:
+        """The cells of the scalar register called ``name`` in the P4 program (a list the
+        pipeline reads and writes in place; lanes are ``registers.values``)."""
+        if name in RunRegisters.NAMES:
+            return getattr(self.runs, name)
+        return getattr(self.registers, name.removeprefix("slot_"))
 
     def group_size(self, group: int) -> int:
         return len(self.tables.mcast_groups.get(group, ()))
@@ -189,7 +214,7 @@ class Pipeline:
                 (lengths == pb)
                 & (hdr["version"] == VERSION)
                 & (hdr["op"] >= Op.SUM)
-                & (hdr["op"] <= Op.MAX)
+                & (hdr["op"] <= Op.JOIN)
                 & ((hdr["flags"] & (Flag.RESULT | Flag.PENDING)) == 0)
                 & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
             )
@@ -212,12 +237,20 @@ class Pipeline:
         seqs = h["seq"].tolist()
         exps = h["exp"].tolist()
         levels = h["level"].tolist()
+        epochs = h["epoch"].tolist()
         flen = frame_len[idx].tolist()
 
         jobs = self.tables.jobs
         reg = self.registers
-        r_seq, r_bitmap, r_count = reg.seq, reg.bitmap, reg.count
+        r_seq, r_epoch, r_bitmap, r_count = reg.seq, reg.epoch, reg.bitmap, reg.count
         r_exp, r_level, r_values = reg.exp, reg.level, reg.values
+        runs = self.runs
+        j_epoch, j_bitmap, j_count, j_nonce = (
+            runs.job_epoch,
+            runs.join_bitmap,
+            runs.join_count,
+            runs.join_nonce,
+        )
         agg_wrow: list[int] = []  # worker_contributions rows and bytes, flushed per batch
         agg_len: list[int] = []
         # Local tallies, flushed into the counter arrays once per batch.
@@ -230,6 +263,7 @@ class Pipeline:
         out_bitmap: list[int] = []
         out_exp: list[int] = []
         out_level: list[int] = []
+        out_epoch: list[int] = []
         staged = out.staging(self.lanes)
 
         for k in range(idx.size):
@@ -247,8 +281,52 @@ class Pipeline:
                 tally[_DROP_BAD_WORKER] += 1
                 tally[_DROP_BAD_WORKER + 1] += fl
                 continue
-            s = slots[k]
             q = seqs[k]
+            mask = 1 << w
+            if ops[k] == _JOIN:
+                # -- JoinRun: a worker joins a run (seq is its nonce) -----------------------
+                i = job.job_index
+                e = j_epoch[i]
+                jb = j_bitmap[i]
+                jc = j_count[i]
+                ni = i * MAX_WORKERS + w
+                if j_nonce[ni] == q and jb & mask:
+                    # DUPLICATE: this join was counted; answer with the run (or who is in)
+                    tally[_DUPLICATES] += 1
+                    tally[_DUPLICATES + 1] += fl
+                    kind = 1 if jc >= nw else 2
+                    r = _RETX_REPLIES if kind == 1 else _PENDING_REPLIES
+                    tally[r] += 1
+                    tally[r + 1] += fl
+                else:
+                    if jc == 0 or jc >= nw or jb & mask:
+                        # the first JOIN of a new run: no run yet, the last run's join was
+                        # complete, or this worker restarted
+                        e = (e + 1) & _MASK32
+                        j_epoch[i] = e
+                        jb, jc = mask, 1
+                    else:
+                        jb |= mask
+                        jc += 1
+                    j_nonce[ni] = q
+                    j_bitmap[i] = jb
+                    j_count[i] = jc
+                    tally[_JOINS] += 1
+                    tally[_JOINS + 1] += fl
+                    if jc != nw:
+                        continue  # absorbed: the worker waits for the run's last join
+                    tally[_RUNS] += 1
+                    tally[_RUNS + 1] += fl
+                    kind = 0
+                staged[len(out_k)] = lanes_in[k]  # a JOIN reply echoes the request's lanes
+                out_k.append(k)
+                out_kind.append(kind)
+                out_bitmap.append(jb)
+                out_exp.append(exps[k])
+                out_level.append(levels[k])
+                out_epoch.append(e)
+                continue
+            s = slots[k]
             shadow = shadows[k]
             psize = job.pool_size
             # slot and shadow copy are functions of seq (pool_size is a power of two)
@@ -256,16 +334,23 @@ class Pipeline:
                 tally[_DROP_BAD_SLOT] += 1
                 tally[_DROP_BAD_SLOT + 1] += fl
                 continue
+            # -- JoinRun: a data packet belongs to the job's current run -------------------
+            e = j_epoch[job.job_index]
+            if epochs[k] != e:
+                tally[_DROP_STALE] += 1
+                tally[_DROP_STALE + 1] += fl
+                continue
             # -- SlotState --------------------------------------------------------------
             base = (job.pool_base + s) << 1
             row = base + shadow
             other = base + 1 - shadow
-            mask = 1 << w
             stored = r_seq[row]
             cnt = r_count[row]
-            if not cnt or q == (stored + 2 * psize) & _MASK32:
-                # NEW: first contribution of this generation. -- LaneAggregate: write.
+            if not cnt or r_epoch[row] != e or q == (stored + 2 * psize) & _MASK32:
+                # NEW: first contribution of this generation (a copy from an earlier run
+                # counts as unused). -- LaneAggregate: write.
                 r_seq[row] = q
+                r_epoch[row] = e
                 r_bitmap[row] = mask
                 r_count[row] = cnt = 1
                 r_values[row] = lanes_in[k]
@@ -295,6 +380,7 @@ class Pipeline:
                 out_bitmap.append(r_bitmap[row])
                 out_exp.append(r_exp[row])
                 out_level.append(r_level[row])
+                out_epoch.append(e)
                 continue
             else:
                 # CONTRIBUTE. -- LaneAggregate: combine into the register row.
@@ -329,6 +415,7 @@ class Pipeline:
                 out_bitmap.append(r_bitmap[row])
                 out_exp.append(r_exp[row])
                 out_level.append(r_level[row])
+                out_epoch.append(e)
 
         # -- ResultEmit: build the output packets (vectorized) ------------------------
         m = len(out_k)
@@ -341,6 +428,7 @@ class Pipeline:
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
+            oh["epoch"] = out_epoch
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
             out.data[:m, HEADER_BYTES:pb] = (
                 staged[:m].astype(LANE_DTYPE).view(np.uint8).reshape(m, pb - HEADER_BYTES)

@@ -15,26 +15,26 @@ from ina.switch_model.tables import MAX_JOBS
 
 
 class SlotRegisters:
-    """The per-slot registers: ``slot_seq``, ``slot_bitmap``, ``slot_count``, ``slot_exp``,
-    ``slot_level`` and the lane registers ``slot_lanes`` (one P4 register per lane)."""
+    """The per-slot registers: ``slot_seq``, ``slot_epoch``, ``slot_bitmap``, ``slot_count``,
+    ``slot_exp``, ``slot_level`` and the lane registers ``slot_lanes`` (one P4 register per
+    lane)."""
+
+    SCALARS = ("seq", "epoch", "bitmap", "count", "exp", "level")
 
     def __init__(self, pool_total: int, lanes: int) -> None:
         self.pool_total = pool_total
         self.lanes = lanes
         size = pool_total * 2
-        self.seq = [0] * size
-        self.bitmap = [0] * size
-        self.count = [0] * size
-        self.exp = [0] * size
-        self.level = [0] * size
+        for name in self.SCALARS:
+            setattr(self, name, [0] * size)
         self.values = np.zeros((size, lanes), dtype=np.int32)
 
     def reset(self, first_slot: int = 0, num_slots: int | None = None) -> None:
         """Zero the registers of slots [first_slot, first_slot + num_slots)."""
         n = self.pool_total - first_slot if num_slots is None else num_slots
         lo, hi = first_slot * 2, (first_slot + n) * 2
-        for reg in (self.seq, self.bitmap, self.count, self.exp, self.level):
-            reg[lo:hi] = [0] * (hi - lo)
+        for name in self.SCALARS:
+            getattr(self, name)[lo:hi] = [0] * (hi - lo)
         self.values[lo:hi] = 0
 
     def read(self, name: str, index: int) -> int | np.ndarray:
@@ -42,6 +42,32 @@ class SlotRegisters:
         if name == "slot_lanes":
             return self.values[index].copy()
         return getattr(self, name.removeprefix("slot_"))[index]
+
+
+class RunRegisters:
+    """The per-job registers of ``JoinRun``: ``job_epoch``, ``join_bitmap``, ``join_count``
+    (indexed by job_index) and ``join_nonce`` (by ``job_index * MAX_WORKERS + worker_id``)."""
+
+    NAMES = ("job_epoch", "join_bitmap", "join_count", "join_nonce")
+
+    def __init__(self) -> None:
+        self.job_epoch = [0] * MAX_JOBS
+        self.join_bitmap = [0] * MAX_JOBS
+        self.join_count = [0] * MAX_JOBS
+        self.join_nonce = [0] * (MAX_JOBS * MAX_WORKERS)
+
+    def reset_all(self) -> None:
+        for name in self.NAMES:
+            cells = getattr(self, name)
+            cells[:] = [0] * len(cells)
+
+    def reset(self, job_index: int) -> None:
+        """A freshly installed job: no run yet (epoch 0), no join in progress."""
+        self.job_epoch[job_index] = 0
+        self.join_bitmap[job_index] = 0
+        self.join_count[job_index] = 0
+        lo = job_index * MAX_WORKERS
+        self.join_nonce[lo : lo + MAX_WORKERS] = [0] * MAX_WORKERS
 
 
 class Counters:

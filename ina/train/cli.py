@@ -4,9 +4,8 @@ What one run does:
 
 1. Starts the switch model (`LocalSwitch`, a child process) with one job whose workers' UDP
    ports are reserved first, unless ``--switch IP:PORT --jobs FILE`` names a running switch
-   (``--p4runtime ADDR`` then re-installs the job first: a job's sequence numbers restart at
-   0 on every run, and only a fresh install resets the slots that hold the last run's
-   generations).
+   (the workers join a fresh run of the job through the switch, so a job may be trained
+   again without re-installing it; ``--p4runtime ADDR`` re-installs it anyway).
 2. Writes the run's configuration (hyperparameters and each rank's INA address) to
    ``OUT/config.json`` and launches ``--workers`` ranks with torchrun
    (``torch.distributed.run``; gloo rendezvous on 127.0.0.1, a free port), each running
@@ -31,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from ina.host.transport import run_seq_start
 from ina.train.data import DATASETS
 from ina.train.hook import COMPRESSIONS
 from ina.train.models import MODELS
@@ -132,8 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--job-id", type=int, help="job in the jobs file (default: the first)")
     c.add_argument(
         "--p4runtime",
-        help="with --switch: P4Runtime address; re-install the "
-        "job before training (resets its slots)",
+        help="with --switch: P4Runtime address; re-install the job before training (not "
+        "needed for a fresh run: workers join a new run of the job; this also resets its "
+        "counters' meaning and slots)",
     )
     t = p.add_argument_group("checks (tests)")
     t.add_argument(
@@ -225,8 +224,6 @@ def ina_section(spec, switch: tuple[str, int], lanes: int, timeout: float) -> di
         "job_id": spec.job_id,
         "switch": [switch[0], int(switch[1])],
         "pool_size": spec.pool_size,
-        # one random first sequence number per run: never answered from an older run's slots
-        "seq_start": run_seq_start(spec.pool_size),
         "lanes": lanes,
         "timeout": timeout,
         "workers": [[w.ip, w.udp_port] for w in workers],
@@ -400,13 +397,6 @@ def main(args: argparse.Namespace) -> int:
                 return 2
             if args.p4runtime:
                 _reinstall(args.p4runtime, spec)
-            else:
-                print(
-                    f"note: job {spec.job_id} must be freshly installed on the switch: its "
-                    "sequence numbers restart at 0, so slots left by an earlier run of it "
-                    "drop or mis-answer this run (--p4runtime ADDR re-installs it)",
-                    file=sys.stderr,
-                )
             host, port = args.switch.rsplit(":", 1)
             ina = ina_section(spec, (host, int(port)), args.lanes, args.timeout)
             rc = run_ranks(n, make_config(args, out, ina), out)

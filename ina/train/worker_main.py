@@ -94,7 +94,6 @@ def make_ina_worker(config: dict, rank: int, world: int):
         pool_size=ina["pool_size"],
         lanes=ina["lanes"],
         timeout=ina["timeout"],
-        seq_start=ina.get("seq_start", 0),
     )
     link = None
     delay = config.get("delay") or "none"

@@ -371,6 +371,48 @@ def stale_and_foreign_seq(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def runs(b: TraceBuilder) -> dict[str, int]:
+    """Runs of a job: JOINs start a run (a new epoch) and complete it, duplicate JOINs are
+    answered (RESULT once complete, PENDING before), a worker that restarts mid-join starts
+    the run over; data of any other run than the current one is STALE, and a slot copy
+    written by an earlier run starts afresh (never answered with that run's sums)."""
+
+    def join(job_id: int, w: int, nonce: int, retx: bool = False) -> None:
+        b.ina(job_id, w, nonce, op=Op.JOIN, slot=0, flags=Flag.RETX if retx else 0)
+
+    b.round(1, 0)  # no run joined yet: epoch 0 (clients that never JOIN)
+    for w, nonce in ((0, 0xA0A0A0A0), (1, 0xB1), (2, 0xC2C2)):
+        join(1, w, nonce)  # the first starts run 1, the last completes it: multicast
+    join(1, 1, 0xB1, retx=True)  # a copy of a counted join: the stored RESULT, unicast
+    b.ina(1, 0, 1, epoch=0)  # the old run's data: STALE
+    b.round(1, 0, epoch=1)  # seq 0 again: its copy holds run 0's seq 0, complete: NEW
+    join(1, 2, 0xD3)  # a new run (the last join was complete): run 2
+    join(1, 2, 0xD3, retx=True)  # a copy while the join is incomplete: PENDING
+    join(1, 2, 0xF5)  # worker 2 restarted mid-join: run 3
+    join(1, 0, 0x60)
+    join(1, 1, 0x71)  # run 3 complete
+    b.ina(1, 1, 0, epoch=2)  # run 2 never completed its join: its data is STALE
+    b.round(1, 0, epoch=3)
+    b.ina(1, 3, 0x99, op=Op.JOIN, slot=0, flags=0)  # a worker id the job does not have
+    b.ina(77, 0, 0x99, op=Op.JOIN, slot=0, flags=0)  # a job that is not installed
+    join(2, 0, 0x1234)  # a one-worker job: every JOIN completes a run at once
+    join(2, 0, 0x5678)
+    return {
+        "joins": 9,
+        "runs": 4,
+        "duplicates": 2,
+        "retx_replies": 1,
+        "pending_replies": 1,
+        "drop_stale": 2,
+        "aggregated": 9,
+        "results": 3,
+        "result_packets": 18,
+        "drop_bad_worker": 1,
+        "drop_unknown_job": 1,
+    }
+
+
+@trace
 def malformed(b: TraceBuilder) -> dict[str, int]:
     """Every MALFORMED kind: version, op, RESULT/PENDING flags, num_lanes, truncated and
     over-long datagrams, a UDP length that disagrees; all dropped and counted."""
@@ -378,7 +420,7 @@ def malformed(b: TraceBuilder) -> dict[str, int]:
     for version in (0, 2, 255):
         b.ina(1, 0, 0, version=version)
         n += 1
-    for op in (0, 4, 255):
+    for op in (0, max(Op) + 1, 255):
         b.ina(1, 1, 0, op=op)
         n += 1
     for flags in (Flag.RESULT, Flag.PENDING, Flag.RESULT | Flag.PENDING | Flag.SHADOW):
@@ -389,7 +431,7 @@ def malformed(b: TraceBuilder) -> dict[str, int]:
         n += 1
     w = b.topo.worker(1, 1)
     whole = bytes(INA(worker_id=1, job_id=1, seq=0, lanes=b.lanes()))
-    for cut in (0, 1, 19, 20, 21, len(whole) - 4, len(whole) - 1):  # truncated datagrams
+    for cut in (0, 1, 19, 20, 21, 23, 24, 25, len(whole) - 4, len(whole) - 1):  # truncated
         b.frame(w.port, b.to_switch(w, Raw(whole[:cut])))
         n += 1
     for extra in (1, 4, 64):  # over-long datagrams (UDP length says so)
@@ -505,8 +547,10 @@ def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
 @trace
 def random_mix(b: TraceBuilder) -> dict[str, int]:
     """A seeded random mix over every job: mostly valid contributions near a moving window,
-    retransmissions and replays of earlier frames, and every kind of bad packet."""
+    retransmissions and replays of earlier frames, JOINs and other runs' packets, and every
+    kind of bad packet."""
     base = {1: 0, 2: 2**32 - 10, 3: 2**31}
+    epochs: dict[int, int] = {}  # the trace's guess of each job's run; wrong now and then
     history: list[tuple[int, bytes]] = []
     for _ in range(400):
         r = b.rng.random()
@@ -528,10 +572,18 @@ def random_mix(b: TraceBuilder) -> dict[str, int]:
         elif m < 0.08:
             fields["version"] = 2
         elif m < 0.10:
-            op = b.rng.choice((0, 4, 255))
+            op = b.rng.choice((0, max(Op) + 1, 255))
         elif m < 0.12:
             fields["num_lanes"] = P4_LANES + 1
+        elif m < 0.16:  # a JOIN, a nonce from a small set so that some are duplicates
+            op = Op.JOIN
+            seq = b.rng.randrange(4)
+            fields.update(slot=0, flags=Flag.RETX if b.rng.random() < 0.3 else 0)
+        if op != Op.JOIN:  # data of the current run, mostly; of another run now and then
+            fields["epoch"] = epochs.get(job_id, 0) + (b.rng.random() < 0.1)
         kind = b.rng.choice(("random", "extreme", "bits", "small"))
+        if op == Op.JOIN and b.rng.random() < 0.5:
+            epochs[job_id] = epochs.get(job_id, 0) + 1  # a guess; the model decides
         b.ina(
             job_id,
             w,

@@ -14,12 +14,13 @@ typedef bit<8> exp_t;         // MAX-combined: biased exponent for the agreed sc
 typedef bit<8> level_t;       // MAX-combined: compression level the workers agree on (DC2)
 typedef bit<16> num_lanes_t;  // lanes that carry data (the rest are padding)
 typedef bit<32> bitmap_t;     // switch -> worker: workers that contributed to the slot
+typedef bit<32> epoch_t;      // run of the job, assigned by the switch when the workers JOIN
 typedef bit<32> lane_t;       // one lane: an int32 in network byte order (protocol.LANE_BYTES)
 
 // Protocol constants.
 const version_t INA_VERSION = 1;
 const udp_port_t INA_UDP_PORT = 47000;  // destination port of INA packets towards the switch
-const packet_length_t INA_HEADER_BYTES = 20;
+const packet_length_t INA_HEADER_BYTES = 24;
 const packet_length_t INA_LANE_BYTES = 4;
 const bit<32> INA_MAX_WORKERS = 32;  // one bit per worker in the slot bitmap
 
@@ -27,6 +28,7 @@ const bit<32> INA_MAX_WORKERS = 32;  // one bit per worker in the slot bitmap
 const op_t OP_SUM = 1;
 const op_t OP_OR = 2;
 const op_t OP_MAX = 3;
+const op_t OP_JOIN = 4;
 
 // Flag: Bits of the ``flags`` field.
 const flags_t FLAG_RESULT = 0x01;
@@ -54,6 +56,8 @@ const counter_index_t COUNTER_DROP_UNKNOWN_JOB = 8;
 const counter_index_t COUNTER_DROP_BAD_WORKER = 9;
 const counter_index_t COUNTER_DROP_BAD_SLOT = 10;
 const counter_index_t COUNTER_DROP_STALE = 11;
-const counter_index_t NUM_COUNTERS = 12;
+const counter_index_t COUNTER_JOINS = 12;
+const counter_index_t COUNTER_RUNS = 13;
+const counter_index_t NUM_COUNTERS = 14;
 // The drop counters follow DropReason: Counter.DROP_<r> = COUNTER_DROP_FIRST + r.
 const counter_index_t COUNTER_DROP_FIRST = 7;

@@ -2,7 +2,7 @@
 // Do not edit: change the Python definition and regenerate (`python -m ina.p4gen`);
 // tests/test_p4_generated.py fails when this file is stale.
 
-// INA header: 20 bytes, fields in wire order (protocol.HEADER_FIELDS).
+// INA header: 24 bytes, fields in wire order (protocol.HEADER_FIELDS).
 header ina_h {
     version_t   version;
     op_t        op;
@@ -15,6 +15,7 @@ header ina_h {
     level_t     level;
     num_lanes_t num_lanes;
     bitmap_t    bitmap;
+    epoch_t     epoch;
 }
 
 // The lanes: P4_LANES = 32 int32 values (128 bytes) after the INA header.

@@ -1,0 +1,549 @@
+"""The worker's transport as a sans-I/O state machine: the protocol rules, written once.
+
+`TransportCore` knows everything a worker's transport does on the wire and nothing about
+sockets or clocks (the h11 / aioquic core pattern). A driver feeds it "now", the datagrams
+it received and timer expiries, and sends what it hands back::
+
+    core.start(Round(values, Op.SUM), now)       # joins the run first if needed
+    while not core.idle:
+        send(core.pop_sends())                    # [(buffer, rows)]: datagrams to send now
+        wait until a datagram arrives or core.deadline()
+        core.receive(rx, lengths, now); core.tick(now)
+    result = core.result()
+
+Two drivers use it: the UDP transport (`ina.host.transport.Transport`, wall clock) and the
+simulator (`ina.sim`, virtual time). The rules, in the order a call meets them:
+
+**Run join.** A worker's first call joins a *run* of its job (docs/protocol.md, "Runs"):
+it sends JOIN with a random 32-bit nonce in ``seq`` until the switch answers with a RESULT
+carrying its own nonce; the reply's ``epoch`` field names the run. Every later packet
+carries that epoch and the switch drops (and counts as STALE) packets of any other epoch, so
+no run ever sees another run's sums. The switch multicasts a JOIN RESULT when the last worker
+of the run joins; a worker that sees a JOIN RESULT with someone else's nonce resends its JOIN
+at once and gets the unicast reply that names its own (a stale multicast from an earlier run
+can therefore never hand it a wrong epoch).
+
+**Chunks and slots (SwitchML).** A round of ``n`` int32 values is cut into ``C`` chunks of
+``lanes`` values, one packet each. Chunk ``c`` has the run-wide sequence number
+``seq = base + c`` (every worker of the run makes the same calls, so they agree on every
+seq without talking), lives in slot ``seq % pool_size``, shadow copy
+``(seq // pool_size) % 2``. Chunk ``c + pool_size`` reuses the slot of chunk ``c`` and is
+sent only once chunk ``c``'s result is in; at most ``window`` chunks are in flight.
+
+**Retransmission.** A chunk without its result after the retransmission timeout is sent
+again (flag RETX), the timeout doubling per retry up to ``max_rto``; the backed-off timeout
+also applies to new chunks (RFC 6298 5.5). The switch answers a retransmission with the
+stored result (slot complete) or with PENDING and the bitmap of workers it has heard from,
+so a chunk that never completes fails after ``timeout`` with an error naming the missing
+workers. The timeout follows RFC 6298's estimator, fed with Karn samples: only chunks never
+retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
+
+All per-packet work is vectorized over the batch of datagrams a driver hands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ina.host.rounds import Reduced, Round
+from ina.protocol import (
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    LANE_DTYPE,
+    MAX_LANES,
+    MAX_WORKERS,
+    UDP_PORT,
+    VERSION,
+    Flag,
+    Op,
+    packet_bytes,
+)
+
+_MASK32 = (1 << 32) - 1
+_REPLY = int(Flag.RESULT | Flag.PENDING)
+_JOIN = int(Op.JOIN)
+
+
+class ReduceTimeout(TimeoutError):
+    """A chunk got no result in time; the message names the job, slot and missing workers."""
+
+
+class JoinTimeout(ReduceTimeout):
+    """The run's workers did not all join in time; the message names the missing ones."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What one worker needs to know to use the switch."""
+
+    job_id: int
+    worker_id: int
+    num_workers: int
+    switch: tuple[str, int] = ("127.0.0.1", UDP_PORT)
+    bind: tuple[str, int] = ("127.0.0.1", 0)
+    pool_size: int = 64  # the job's pool on the switch: also the largest window
+    lanes: int = 256  # lanes per packet: must match the switch
+    rto: float = 0.05  # retransmission timeout before any RTT sample, seconds
+    min_rto: float = 0.02  # the adaptive timeout (srtt + 4 rttvar, RFC 6298) stays in
+    max_rto: float = 1.0  # [min_rto, max_rto]
+    timeout: float = 10.0  # give up on a chunk after this long without its result
+    # give up joining a run after this long (None: ``timeout``); the run's workers must all
+    # start within it
+    join_timeout: float | None = None
+    batch: int = 64  # datagrams per system call (UDP driver)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.worker_id < self.num_workers <= MAX_WORKERS:
+            raise ValueError(
+                f"worker_id {self.worker_id} must be < num_workers {self.num_workers} "
+                f"<= {MAX_WORKERS}"
+            )
+        if not 1 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
+        if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
+            raise ValueError(f"pool_size must be a power of two, got {self.pool_size}")
+        if not 0 < self.min_rto <= self.max_rto or not self.rto > 0:
+            raise ValueError("need rto > 0 and 0 < min_rto <= max_rto")
+        if not self.timeout > 0 or not (self.join_timeout is None or self.join_timeout > 0):
+            raise ValueError("timeout and join_timeout must be > 0")
+
+    @property
+    def join_wait(self) -> float:
+        """Seconds a worker waits for the rest of its run to join."""
+        return self.timeout if self.join_timeout is None else self.join_timeout
+
+
+@dataclass
+class TransportStats:
+    """Counts since the transport was created."""
+
+    reduces: int = 0
+    chunks: int = 0
+    packets_sent: int = 0
+    bytes_sent: int = 0  # INA payload bytes (header + lanes) of every packet sent
+    retransmissions: int = 0
+    results: int = 0
+    duplicate_results: int = 0  # results for chunks already complete (lost-then-resent)
+    ignored: int = 0  # datagrams that were not ours (other run or job, stale, malformed)
+    rtt_samples: int = 0
+    rtt_sum: float = 0.0
+    joins: int = 0  # runs joined
+    pending_bitmaps: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Join:
+    """The join handshake in progress."""
+
+    tx: np.ndarray  # (1, pb) the JOIN packet
+    first_sent: float
+    deadline: float
+    retries: int = 0
+    bitmap: int = -1  # last PENDING bitmap: who the switch has heard from (-1: nothing yet)
+
+
+class _Call:
+    """One round in progress: its packets and per-chunk state."""
+
+    def __init__(self, rnd: Round, values: np.ndarray, lanes: int, pool: int) -> None:
+        self.round = rnd
+        self.n = values.size
+        self.C = C = -(-self.n // lanes)
+        self.base = 0  # seq of chunk 0, assigned at launch (after the join)
+        self.out = np.zeros((C, lanes), np.int32)
+        self.done = np.zeros(C, bool)
+        self.sent = np.zeros(C, bool)
+        self.first_sent = np.zeros(C)
+        self.deadline = np.full(C, np.inf)
+        self.retries = np.zeros(C, np.int32)
+        self.exp_max = rnd.exp
+        self.level_max = rnd.level
+        self.ndone = 0
+        self.pending: dict[int, int] = {}
+        # chunks whose slot is free (their predecessor c - pool_size is done) but that the
+        # window has not let out yet, lowest first
+        self.ready = np.arange(min(pool, C))
+        self.tx: np.ndarray | None = None  # (C, pb) built once the epoch is known
+
+
+class TransportCore:
+    """One worker's protocol state for a job: its run, sequence space, timers and stats.
+
+    Args:
+        cfg: the worker's configuration (only its protocol fields matter here).
+        nonce: this worker's random 32-bit nonce for joining a run; drivers draw it (the
+            UDP driver from the OS, the simulator from its seed).
+        rtt_listener: called with each batch of Karn round-trip samples (seconds).
+    """
+
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        nonce: int,
+        rtt_listener: Callable[[np.ndarray], None] | None = None,
+    ) -> None:
+        if not 0 <= nonce <= _MASK32:
+            raise ValueError("nonce must be a 32-bit unsigned integer")
+        # Hyperparameters.
+        self.cfg = cfg
+        self.lanes = cfg.lanes
+        self.pb = packet_bytes(cfg.lanes)
+        self.nonce = nonce
+        self.rtt_listener = rtt_listener
+        self.window = cfg.pool_size  # chunks in flight at most (<= pool_size)
+        # Internal state.
+        self.epoch: int | None = None  # the run joined (None: not yet)
+        self.next_seq = 0
+        self.rto = cfg.rto
+        self._srtt = 0.0
+        self._rttvar = 0.0
+        self._join: _Join | None = None
+        self._call: _Call | None = None
+        self._result: Reduced | None = None
+        self._sends: list[tuple[np.ndarray, np.ndarray]] = []
+        self._inflight = 0
+        # Stats.
+        self.stats = TransportStats()
+
+    # -- driver interface ------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No round in progress: `result` holds the last one's."""
+        return self._call is None
+
+    def start(self, rnd: Round, now: float) -> None:
+        """Begin an exact reduction of ``rnd.values`` (int32) over all workers of the job."""
+        if self._call is not None:
+            raise RuntimeError("a round is already in progress on this transport")
+        v = np.ascontiguousarray(rnd.values, dtype=np.int32).reshape(-1)
+        self._result = None
+        if v.size == 0:
+            self._result = Reduced(v.copy(), rnd.exp, rnd.level)
+            return
+        self._call = _Call(rnd, v, self.lanes, self.cfg.pool_size)
+        self._values = v
+        self.stats.reduces += 1
+        self.stats.chunks += self._call.C
+        if self.epoch is None:
+            self._start_join(now)
+        else:
+            self._launch(now)
+
+    def result(self) -> Reduced:
+        """The last round's result (after the core went idle)."""
+        if self._result is None:
+            raise RuntimeError("no round has completed")
+        return self._result
+
+    def pop_sends(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Datagrams to send now, as (buffer, rows) pairs: each row of ``buffer[rows]`` is one
+        INA payload of ``pb`` bytes for the switch. The buffers stay valid until the next
+        call into the core (a driver that holds packets longer must copy them)."""
+        out, self._sends = self._sends, []
+        return out
+
+    def deadline(self) -> float:
+        """When `tick` has work to do next (inf: nothing pending)."""
+        if self._join is not None:
+            return self._join.deadline
+        if self._call is None:
+            return np.inf
+        return float(self._call.deadline.min())
+
+    def tick(self, now: float) -> None:
+        """Timers: retransmit what timed out; raise `ReduceTimeout` for what gave up."""
+        if self._join is not None:
+            self._tick_join(now)
+            return
+        call = self._call
+        if call is None:
+            return
+        expired = np.flatnonzero(call.deadline <= now)
+        if not expired.size:
+            return
+        too_old = expired[now - call.first_sent[expired] > self.cfg.timeout]
+        if too_old.size:
+            err = self._timeout_error(call, int(too_old[0]))
+            self._abort()
+            raise err
+        retries = call.retries
+        retries[expired] += 1
+        # Back the timeout off for new chunks too (RFC 6298 5.5): otherwise, when the RTT
+        # jumps above the RTO, every chunk is retransmitted, Karn's rule leaves no sample,
+        # and the estimator (and DC2) never learns the new delay.
+        self.rto = min(2 * self.rto, self.cfg.max_rto)
+        rto = np.minimum(self.rto * (2.0 ** (retries[expired] - 1)), self.cfg.max_rto)
+        call.deadline[expired] = now + rto
+        tx_hdr = call.tx[expired, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
+        tx_hdr["flags"] |= int(Flag.RETX)
+        call.tx[expired, :HEADER_BYTES] = tx_hdr.view(np.uint8).reshape(-1, HEADER_BYTES)
+        self._queue(call.tx, expired)
+        self.stats.retransmissions += int(expired.size)
+
+    def receive(self, rx: np.ndarray, lengths: np.ndarray, now: float) -> None:
+        """Datagrams from the switch: rows of ``rx`` with their ``lengths``."""
+        k = int(lengths.size)
+        if k == 0:
+            return
+        if rx.shape[1] < self.pb:  # nothing this narrow can be ours
+            self.stats.ignored += k
+            return
+        hdr = rx[:k, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(k)
+        ours = (
+            (lengths == self.pb)
+            & (hdr["version"] == VERSION)
+            & (hdr["job_id"] == self.cfg.job_id)
+            & ((hdr["flags"] & _REPLY) != 0)
+        )
+        joins = ours & (hdr["op"] == _JOIN)
+        if joins.any():
+            self._receive_join(hdr[joins], now)
+        call = self._call
+        if call is None or self.epoch is None:
+            self.stats.ignored += k - int(joins.sum())
+            return
+        chunk = (hdr["seq"].astype(np.int64) - call.base) & _MASK32
+        ok = ours & ~joins & (hdr["epoch"] == self.epoch) & (chunk < call.C)
+        self.stats.ignored += int((~ok & ~joins).sum())
+        rows = np.flatnonzero(ok)
+        if rows.size:
+            self._receive_data(call, hdr, rx, rows, chunk[rows], now)
+
+    # -- join ------------------------------------------------------------------------
+
+    def _start_join(self, now: float) -> None:
+        h = np.zeros(1, HEADER_DTYPE)
+        h["version"] = VERSION
+        h["op"] = _JOIN
+        h["worker_id"] = self.cfg.worker_id
+        h["job_id"] = self.cfg.job_id
+        h["seq"] = self.nonce
+        tx = np.zeros((1, self.pb), np.uint8)
+        tx[0, :HEADER_BYTES] = h.view(np.uint8)
+        self._join = _Join(tx, now, now + self.rto)
+        self._queue(tx, np.zeros(1, np.int64))
+
+    def _resend_join(self, now: float) -> None:
+        j = self._join
+        j.tx[0, 2] |= int(Flag.RETX)  # flags byte
+        self._queue(j.tx, np.zeros(1, np.int64))
+        self.stats.retransmissions += 1
+
+    def _tick_join(self, now: float) -> None:
+        j = self._join
+        if now < j.deadline:
+            return
+        if now - j.first_sent > self.cfg.join_wait:
+            err = self._join_timeout_error()
+            self._join = None
+            self._abort()
+            raise err
+        j.retries += 1
+        self.rto = min(2 * self.rto, self.cfg.max_rto)
+        j.deadline = now + min(self.rto * 2.0 ** (j.retries - 1), self.cfg.max_rto)
+        self._resend_join(now)
+
+    def _receive_join(self, replies: np.ndarray, now: float) -> None:
+        j = self._join
+        if j is None:  # joined already: late copies of the multicast or of our replies
+            self.stats.duplicate_results += replies.size
+            return
+        mine = replies["seq"] == self.nonce
+        results = (replies["flags"] & Flag.RESULT) != 0
+        done = np.flatnonzero(mine & results)
+        if done.size:
+            self.epoch = int(replies["epoch"][done[0]])
+            self._join = None
+            self.stats.joins += 1
+            self.next_seq = 0  # a run's sequence numbers start at 0
+            self._launch(now)
+            return
+        pend = np.flatnonzero(mine & ~results)
+        if pend.size:
+            j.bitmap = int(replies["bitmap"][pend[-1]])
+        if (results & ~mine).any():
+            # The run is complete, announced with another worker's nonce: ask for our own
+            # answer now rather than at the next timeout.
+            self._resend_join(now)
+
+    # -- data ------------------------------------------------------------------------
+
+    def _launch(self, now: float) -> None:
+        """Build the round's packets (the epoch is known now) and send the first window."""
+        call = self._call
+        cfg = self.cfg
+        C, L, S = call.C, self.lanes, cfg.pool_size
+        call.base = self.next_seq
+        self.next_seq = (call.base + C) & _MASK32
+        tx = np.zeros((C, self.pb), np.uint8)
+        hdr = np.zeros(C, HEADER_DTYPE)
+        seqs = (call.base + np.arange(C, dtype=np.int64)) & _MASK32
+        hdr["version"] = VERSION
+        hdr["op"] = int(call.round.op)
+        hdr["flags"] = np.where((seqs // S) % 2 == 1, int(Flag.SHADOW), 0)
+        hdr["worker_id"] = cfg.worker_id
+        hdr["job_id"] = cfg.job_id
+        hdr["slot"] = seqs % S
+        hdr["seq"] = seqs
+        hdr["exp"] = call.round.exp
+        hdr["level"] = call.round.level
+        hdr["num_lanes"] = L
+        hdr["num_lanes"][-1] = call.n - (C - 1) * L
+        hdr["epoch"] = self.epoch
+        tx[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(C, HEADER_BYTES)
+        lanes = np.zeros(C * L, dtype=LANE_DTYPE)
+        lanes[: call.n] = self._values
+        tx[:, HEADER_BYTES:] = lanes.view(np.uint8).reshape(C, L * 4)
+        call.tx = tx
+        self._values = None
+        self._inflight = 0
+        self._send_ready(call, np.zeros(0, np.int64), now)
+
+    def _send_ready(self, call: _Call, freed: np.ndarray, now: float) -> None:
+        """Chunks ``freed`` may use their slot now; send the lowest ready ones the window
+        allows."""
+        ready = call.ready
+        if freed.size:
+            ready = np.concatenate([ready, freed])
+            ready.sort()
+        room = self.window - self._inflight
+        if room <= 0 or not ready.size:
+            call.ready = ready
+            return
+        go, call.ready = ready[:room], ready[room:]
+        call.sent[go] = True
+        call.first_sent[go] = now
+        call.deadline[go] = now + self.rto
+        self._inflight += go.size
+        self._queue(call.tx, go)
+
+    def _receive_data(
+        self,
+        call: _Call,
+        hdr: np.ndarray,
+        rx: np.ndarray,
+        rows: np.ndarray,
+        chunks: np.ndarray,
+        now: float,
+    ) -> None:
+        is_result = (hdr["flags"][rows] & Flag.RESULT) != 0
+        if (~is_result).any():  # PENDING replies: remember who the switch has heard from
+            for c, r in zip(chunks[~is_result].tolist(), rows[~is_result].tolist(), strict=True):
+                call.pending[c] = int(hdr[r]["bitmap"])
+        rc, rr = chunks[is_result], rows[is_result]
+        fresh = ~call.done[rc]
+        self.stats.duplicate_results += int((~fresh).sum())
+        rc, rr = rc[fresh], rr[fresh]
+        rc, first = np.unique(rc, return_index=True)  # the same chunk twice in one batch
+        rr = rr[first]
+        if not rc.size:
+            return
+        call.out[rc] = rx[rr, HEADER_BYTES : self.pb].copy().view(LANE_DTYPE)
+        call.done[rc] = True
+        call.deadline[rc] = np.inf
+        call.ndone += rc.size
+        self._inflight -= rc.size
+        self.stats.results += rc.size
+        call.exp_max = max(call.exp_max, int(hdr["exp"][rr].max()))
+        call.level_max = max(call.level_max, int(hdr["level"][rr].max()))
+        clean = call.retries[rc] == 0
+        if clean.any():
+            rtt = now - call.first_sent[rc[clean]]
+            self._update_rto(rtt)
+            self.stats.rtt_samples += rtt.size
+            self.stats.rtt_sum += float(rtt.sum())
+            if self.rtt_listener is not None:
+                self.rtt_listener(rtt)
+        check = call.round.check
+        if check is not None and call.done[0] and rc[0] == 0:
+            check(call.out[0])  # may raise (e.g. LengthMismatch): the call is abandoned
+        if call.ndone == call.C:
+            self._finish(call)
+            return
+        nxt = rc + self.cfg.pool_size
+        self._send_ready(call, nxt[nxt < call.C], now)
+
+    def _finish(self, call: _Call) -> None:
+        self.stats.pending_bitmaps = call.pending
+        values = call.out.reshape(-1)[: call.n].copy()
+        self._result = Reduced(values, call.exp_max, call.level_max)
+        self._call = None
+
+    def _abort(self) -> None:
+        """Drop the round in progress (after an error); the run and its seqs go on."""
+        if self._call is not None:
+            self.stats.pending_bitmaps = self._call.pending
+        self._call = None
+        self._join = None
+        self._sends = []
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _queue(self, buf: np.ndarray, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        self.stats.packets_sent += int(rows.size)
+        self.stats.bytes_sent += int(rows.size) * self.pb
+        self._sends.append((buf, rows))
+
+    def _update_rto(self, rtt: np.ndarray) -> None:
+        """RFC 6298's estimator, fed the batch's samples in one step (their mean and spread):
+        the timeout follows the queueing delay a full window builds up."""
+        m = float(rtt.mean())
+        if self._srtt == 0.0:
+            self._srtt, self._rttvar = m, m / 2
+        else:
+            dev = abs(self._srtt - m) + (float(rtt.max()) - m)  # cheaper than a std
+            self._rttvar = 0.75 * self._rttvar + 0.25 * dev
+            self._srtt = 0.875 * self._srtt + 0.125 * m
+        self.rto = min(max(self._srtt + 4 * self._rttvar, self.cfg.min_rto), self.cfg.max_rto)
+
+    def _where(self) -> str:
+        return f"job {self.cfg.job_id}, worker {self.cfg.worker_id}"
+
+    def _timeout_error(self, call: _Call, c: int) -> ReduceTimeout:
+        cfg = self.cfg
+        seq = (call.base + c) & _MASK32
+        slot = seq % cfg.pool_size
+        everyone = set(range(cfg.num_workers))
+        if c in call.pending:
+            heard = {w for w in everyone if call.pending[c] >> w & 1}
+            who = (
+                f"the switch has contributions from workers {sorted(heard)}; "
+                f"missing workers {sorted(everyone - heard)}"
+            )
+        else:
+            who = (
+                f"the switch at {cfg.switch[0]}:{cfg.switch[1]} never answered this chunk "
+                f"(unreachable? or a newer run of job {cfg.job_id} joined the switch, so "
+                f"this run's packets (epoch {self.epoch}) are dropped as stale); workers "
+                f"possibly missing: all but {cfg.worker_id} of {sorted(everyone)}"
+            )
+        return ReduceTimeout(
+            f"{self._where()}: slot {slot} (seq {seq}, chunk {c}, epoch {self.epoch}) got no "
+            f"result within {cfg.timeout:.1f} s after {int(call.retries[c])} "
+            f"retransmissions; {who}"
+        )
+
+    def _join_timeout_error(self) -> JoinTimeout:
+        cfg = self.cfg
+        j = self._join
+        everyone = set(range(cfg.num_workers))
+        if j.bitmap >= 0:
+            heard = {w for w in everyone if j.bitmap >> w & 1}
+            who = (
+                f"joined so far: workers {sorted(heard)}; missing workers "
+                f"{sorted(everyone - heard)} (not started, crashed, or given another job id)"
+            )
+        else:
+            who = (
+                f"the switch at {cfg.switch[0]}:{cfg.switch[1]} never answered (not running? "
+                f"job {cfg.job_id} not installed on it?)"
+            )
+        return JoinTimeout(
+            f"{self._where()}: could not join a run of the job within "
+            f"{cfg.join_wait:.1f} s ({j.retries} retransmissions); {who}"
+        )

@@ -1,0 +1,82 @@
+// join_run.p4: stage 4, JoinRun (pipeline.py): runs of a job, and which run a packet is of.
+
+#ifndef INA_JOIN_RUN_P4
+#define INA_JOIN_RUN_P4
+
+// Every run of a job starts at seq 0, so without runs a second run would meet the first
+// run's completed slot copies holding the same seqs and get the first run's sums back. A
+// worker's first call therefore JOINs a run: op JOIN, its random 32-bit nonce in seq. Per
+// job (index job_index) the switch keeps the current run's epoch, the bitmap and count of
+// the workers that joined it, and per (job, worker) the worker's last nonce:
+//   DUPLICATE   the nonce is the worker's stored one and its bit is set: a copy of a join
+//               already counted; ResultEmit answers it by unicast, with RESULT if the run's
+//               join is complete (count >= num_workers), else PENDING and the bitmap;
+//   NEW         otherwise, if no run was joined yet (count 0), the last run's join was
+//               complete, or the worker's bit is set (it restarted): a new run begins,
+//               epoch + 1, bitmap = {worker}, count = 1;
+//   CONTRIBUTE  otherwise: the worker joins the run being formed (bit set, count + 1).
+// NEW and CONTRIBUTE store the nonce; the one that completes the join (count ==
+// num_workers) leaves as RESULT to the job's multicast group. Every JOIN reply carries the
+// run's epoch (ResultEmit writes meta.epoch into the header) and echoes exp, level and the
+// lanes.
+// A data packet must carry the job's current epoch, else it is from another run: STALE.
+// SlotState treats a slot copy written in an earlier epoch as unused. Installing a job
+// zeroes its join_count (the control plane, ina/control/jobs.py), so its first JOIN starts a
+// run; packets of clients that never JOIN carry epoch 0, the epoch of a job with no run.
+control JoinRun(in ina_h ina,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+    @name(".job_epoch") @id(REGISTER_ID_JOB_EPOCH)
+    register<epoch_t>(MAX_JOBS) job_epoch;
+    @name(".join_bitmap") @id(REGISTER_ID_JOIN_BITMAP)
+    register<bitmap_t>(MAX_JOBS) join_bitmap;
+    @name(".join_count") @id(REGISTER_ID_JOIN_COUNT)
+    register<slot_count_t>(MAX_JOBS) join_count;
+    @name(".join_nonce") @id(REGISTER_ID_JOIN_NONCE)
+    register<seq_t>(JOIN_NONCE_SIZE) join_nonce;
+
+    apply {
+        register_index_t job = (register_index_t) meta.job_index;
+        job_epoch.read(meta.epoch, job);
+        if (ina.op == OP_JOIN) {
+            bitmap_t mask = (bitmap_t) 1 << ina.worker_id;
+            register_index_t cell = job * INA_MAX_WORKERS + (register_index_t) ina.worker_id;
+            bitmap_t bitmap;
+            slot_count_t count;
+            seq_t nonce;
+            join_bitmap.read(bitmap, job);
+            join_count.read(count, job);
+            join_nonce.read(nonce, cell);
+            if (nonce == ina.seq && (bitmap & mask) != 0) {
+                meta.slot_action = slot_action_t.DUPLICATE;
+                meta.complete = count >= meta.num_workers;
+            } else {
+                if (count == 0 || count >= meta.num_workers || (bitmap & mask) != 0) {
+                    meta.slot_action = slot_action_t.NEW;
+                    meta.epoch = meta.epoch + 1;  // mod 2^32
+                    job_epoch.write(job, meta.epoch);
+                    bitmap = mask;
+                    count = 1;
+                } else {
+                    meta.slot_action = slot_action_t.CONTRIBUTE;
+                    bitmap = bitmap | mask;
+                    count = count + 1;
+                }
+                join_nonce.write(cell, ina.seq);
+                join_bitmap.write(job, bitmap);
+                join_count.write(job, count);
+                meta.complete = count == meta.num_workers;
+            }
+            meta.count = count;
+            meta.bitmap = bitmap;
+            meta.exp = ina.exp;
+            meta.level = ina.level;
+        } else if (ina.epoch != meta.epoch) {
+            meta.dropped = true;
+            meta.drop_reason = DROP_REASON_STALE;
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif  // INA_JOIN_RUN_P4
