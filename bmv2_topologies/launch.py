@@ -106,8 +106,13 @@ def max_lanes(mtu: int) -> int:
     return (mtu - 28 - HEADER_BYTES) // 4
 
 
-def choose_target(requested: str, lanes: int | None, mtu: int = MTU) -> Target:
-    """BMv2 when asked or available with a compiled program; the switch model otherwise."""
+def choose_target(
+    requested: str, lanes: int | None, mtu: int = MTU, program: tuple[Path, Path] | None = None
+) -> Target:
+    """BMv2 when asked or available with a compiled program; the switch model otherwise.
+
+    ``program`` (BMv2 JSON, P4Info) is the compiled program to run; by default build/p4's,
+    compiled first when p4c is there and it is missing."""
     cp = have_control_plane()
     model_lanes = lanes or MODEL_LANES
     if model_lanes > max_lanes(mtu):
@@ -118,13 +123,14 @@ def choose_target(requested: str, lanes: int | None, mtu: int = MTU) -> Target:
         return Target("model", "asked for (--target model)", model_lanes, control_plane=cp)
     ssg = shutil.which("simple_switch_grpc")
     why_not = None
-    program = (P4_BUILD / "ina.json", P4_BUILD / "ina.p4info.txtpb")
+    given = program is not None
+    program = program or (P4_BUILD / "ina.json", P4_BUILD / "ina.p4info.txtpb")
     if ssg is None:
         why_not = "simple_switch_grpc (BMv2) is not on PATH"
     elif not cp:
         why_not = "the P4Runtime control plane (ina.control) is missing"
     elif not all(p.exists() for p in program):
-        if shutil.which("p4c-bm2-ss"):
+        if shutil.which("p4c-bm2-ss") and not given:
             log("compiling the P4 program (python -m ina.p4build)")
             subprocess.run([sys.executable, "-m", "ina.p4build"], cwd=REPO_ROOT, check=False)
         if not all(p.exists() for p in program):
@@ -272,6 +278,8 @@ class InaNetwork:
         mnpath.ensure_mininet()
         from mininet.log import setLogLevel
 
+        # Building the network quietly (Mininet's "*** Adding hosts" chatter off); the CLI
+        # gets Mininet's own level back (see `open_cli`).
         setLogLevel("info" if verbose else "warning")
         self.topo = topo
         self.target = target
@@ -619,6 +627,18 @@ def _port_only_switch():
 TRAIN_MASTER_PORT = 29500  # torch.distributed rendezvous on the first worker host
 
 
+def open_cli(net: InaNetwork) -> None:
+    """Mininet's CLI on the network (commands from stdin), as ``mn`` opens it: at
+    Mininet's "info" log level, without which ``nodes``, ``pingall`` and the rest print
+    nothing (they write at "info" and "output", below the "warning" the network was built
+    at)."""
+    from mininet.cli import CLI
+    from mininet.log import setLogLevel
+
+    setLogLevel("info")
+    CLI(net.net, stdin=sys.stdin)  # the current stdin (its default is bound at import)
+
+
 def train_commands(net: InaNetwork, extra: list[str]):
     """One rank of `ina.train.worker_main` per worker host, with the config `ina train`
     would write (its options from ``extra``) and torchrun's environment contract (RANK,
@@ -735,15 +755,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     ok = True
-    net = InaNetwork(
-        topo,
-        target,
-        bw=args.bw,
-        state_dir=args.state_dir,
-        pool_size=args.pool,
-        verbose=args.verbose,
-        mtu=args.mtu,
-    )
+    try:
+        net = InaNetwork(
+            topo,
+            target,
+            bw=args.bw,
+            state_dir=args.state_dir,
+            pool_size=args.pool,
+            verbose=args.verbose,
+            mtu=args.mtu,
+        )
+    except mnpath.MininetMissing as e:
+        raise SystemExit(f"bmv2_topologies.launch: {e}") from None
     try:
         net.start()
         log(
@@ -757,9 +780,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = run_workload(net, args.workload, extra, args.timeout)
             print_counters(net.counters())
         if args.workload == "none" or args.cli:
-            from mininet.cli import CLI
-
-            CLI(net.net)
+            open_cli(net)
     except KeyboardInterrupt:
         log("interrupted")
         ok = False

@@ -43,10 +43,19 @@ def _shim_dir() -> Path:
     raise MininetMissing(f"cannot make a directory for the mininet symlink ({REPO_ROOT}/build)")
 
 
+# Tools an INA network needs besides Mininet's own (Debian's mininet package does not pull
+# them in): ethtool turns checksum offload off, without which plain traffic that the switch
+# copies (ping aside: TCP for gloo and torchrun, any UDP) arrives with bad checksums.
+TOOLS = {"mnexec": "Mininet's mnexec", "ethtool": "ethtool"}
+
+
 def ensure_mininet() -> None:
-    """Import ``mininet`` from Debian's package if the interpreter cannot already."""
-    if shutil.which("mnexec") is None:
-        raise MininetMissing(f"Mininet's mnexec is not on PATH: {INSTALL_HINT}")
+    """Import ``mininet`` from Debian's package if the interpreter cannot already; raise
+    `MininetMissing`, saying what to install, if it or a tool an INA network needs is
+    missing."""
+    missing = [what for tool, what in TOOLS.items() if shutil.which(tool) is None]
+    if missing:
+        raise MininetMissing(f"{' and '.join(missing)} not on PATH: {INSTALL_HINT}")
     try:
         importlib.import_module("mininet")
         return

@@ -1,6 +1,6 @@
 """Topology files: the p4lang tutorials' ``topology.json``, and what INA derives from them.
 
-A topology is data, never code (STYLE.md, convention 5). The file format is the one of the
+A topology is data, never code. The file format is the one of the
 p4lang tutorials (``utils/run_exercise.py``), plus an optional ``"ina"`` section::
 
     {

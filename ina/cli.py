@@ -9,7 +9,8 @@
     ina sim         the virtual-time simulator (allreduce, validate)
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
-this file only maps names to modules, importing a module when its command runs.
+this file only maps names to modules, importing a module when its command runs. Bad input
+(`ina.errors.UsageError`) is printed as one line, ``ina CMD: message``, with exit status 2.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from ina.errors import run_command
 
 COMMANDS = {
     "switch": ("ina.switch_model.run", "run the switch model"),
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(sp)
     args = parser.parse_args(argv)
-    return int(importlib.import_module(args._module).main(args) or 0)
+    return run_command(f"ina {args.command}", importlib.import_module(args._module).main, args)
 
 
 if __name__ == "__main__":

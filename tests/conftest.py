@@ -80,6 +80,20 @@ class Harness:
         return results
 
 
+@pytest.fixture(scope="session")
+def p4_program(request, tmp_path_factory):
+    """The P4 program compiled by p4c-bm2-ss, for the BMv2 tests: no test depends on a
+    command run beforehand (`make p4`). Kept in pytest's cache and compiled again only when
+    the P4 sources change; skips, saying why, when the compiler is not installed."""
+    from differential.targets import compiled_program
+
+    from ina import p4build
+
+    if p4build.find_compiler() is None:
+        pytest.skip(f"{p4build.COMPILER} not on PATH (see `python -m ina.p4build`)")
+    return compiled_program(request.config, tmp_path_factory)
+
+
 @pytest.fixture
 def harness_factory():
     """harness_factory(num_workers, lanes=..., pool_size=..., impairment=...) -> Harness."""

@@ -1,11 +1,11 @@
 """Differential tests: the same traces on every available target, byte for byte.
 
-DESIGN.md invariant 2, "the switch model is the P4 program": each named trace of
-`differential.traces` is replayed on a clean switch of every target, installed through the
-same P4Runtime control plane (`ina.control.jobs.install_job`, ``forward_table`` writes), and
-every target must send the model's frames (bytes, per egress port, in order) and end with the
-model's counters (``ina_stats`` and ``worker_contributions``, packets and bytes, read over
-P4Runtime):
+Invariant 2 of the design (docs/architecture.md), "the switch model is the P4 program": each
+named trace of `differential.traces` is replayed on a clean switch of every target, installed
+through the same P4Runtime control plane (`ina.control.jobs.install_job`, ``forward_table``
+writes), and every target must send the model's frames (bytes, per egress port, in order) and
+end with the model's counters (``ina_stats`` and ``worker_contributions``, packets and
+bytes, read over P4Runtime):
 
 - ``model``: `ina.switch_model.frames.FramePipeline` in this process, always; it is also
   checked against each trace's own expectations, and one batch against frame by frame;

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from bmv2_topologies import topology
 from bmv2_topologies.launch import (
-    P4_BUILD,
     Target,
     cmdline_of,
     interface_exists,
@@ -115,11 +115,36 @@ def _mininet_or_skip() -> None:
     try:
         mnpath.ensure_mininet()
     except mnpath.MininetMissing as e:
-        pytest.skip(f"Mininet is not importable: {e}")
+        pytest.skip(f"Mininet cannot run here: {e}")
+    if shutil.which("ping") is None:
+        pytest.skip(f"needs ping in the hosts: {mnpath.INSTALL_HINT}")
 
 
-def _bmv2_ready() -> bool:
-    return bool(shutil.which("simple_switch_grpc")) and (P4_BUILD / "ina.json").exists()
+@pytest.mark.root
+@pytest.mark.network
+def test_the_cli_prints_what_mininets_prints(tmp_path, capfd, monkeypatch):
+    """`make topo` opens Mininet's CLI: ``nodes`` and ``pingall`` must print their answers
+    (the launcher builds the network at log level warning, which silenced them)."""
+    _mininet_or_skip()
+    from bmv2_topologies.launch import InaNetwork, choose_target, open_cli
+
+    commands = tmp_path / "commands"
+    commands.write_text("nodes\npingall\n")  # then end of file: the CLI exits
+    name = f"s{os.getpid() % 100000}"
+    net = InaNetwork(
+        topology.load("single_2"), choose_target("model", 128), state_dir=tmp_path,
+        switch_name=name, pool_size=8,
+    )  # fmt: skip
+    try:
+        net.start()
+        with open(commands) as stdin:
+            monkeypatch.setattr(sys, "stdin", stdin)
+            open_cli(net)
+    finally:
+        net.stop()
+    out = "".join(capfd.readouterr())  # Mininet's log writes to stderr
+    assert "available nodes are" in out and f"h1 h2 {name}" in out, out
+    assert "Results: 0% dropped (2/2 received)" in out, out
 
 
 @pytest.mark.root
@@ -133,19 +158,24 @@ def _bmv2_ready() -> bool:
             marks=[
                 pytest.mark.bmv2,
                 pytest.mark.skipif(
-                    not _bmv2_ready(),
-                    reason="needs simple_switch_grpc on PATH and build/p4/ina.json (make p4)",
+                    shutil.which("simple_switch_grpc") is None,
+                    reason="needs simple_switch_grpc (BMv2) on PATH",
                 ),
             ],
         ),
     ],
 )
-def test_allreduce_across_three_mininet_hosts(kind, tmp_path):
+def test_allreduce_across_three_mininet_hosts(kind, tmp_path, request):
     _mininet_or_skip()
     from bmv2_topologies.launch import InaNetwork, choose_target
 
+    # BMv2 runs the program compiled for this session (p4_program skips without p4c)
+    program = None
+    if kind == "bmv2":
+        built = request.getfixturevalue("p4_program")
+        program = (built.json, built.p4info)
     topo = topology.load("single_3")
-    target = choose_target(kind, 128 if kind == "model" else None)
+    target = choose_target(kind, 128 if kind == "model" else None, program=program)
     assert isinstance(target, Target) and target.kind == kind
     # a switch name of our own: its interfaces live in the root namespace
     name = f"s{os.getpid() % 100000}"

@@ -309,7 +309,8 @@ def test_register_and_counter_declarations():
 
 
 def test_one_control_per_file():
-    """STYLE.md: one control per function, in a snake_case file named after it."""
+    """Our P4 style (after p4app-switchML): one control per function, in a snake_case file
+    named after it."""
     for name, text in _sources().items():
         if name.startswith("generated/") or name in ("ina.p4", "parser.p4"):
             continue

@@ -1,16 +1,31 @@
-"""`ina bench {switch,compression,compressors,bmv2,all}`: run benchmarks, print markdown tables."""
+"""`ina bench {switch,compression,compressors,bmv2,p4runtime,all}`: run benchmarks, print
+markdown tables.
+
+Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
+subcommands; ``ina bench NAME --help`` lists its options.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 
+from ina.errors import UsageError
+
 BENCHES = {
     "switch": "ina.bench.switch",
     "compression": "ina.bench.compression",
     "compressors": "ina.bench.compressors",
     "bmv2": "ina.bench.bmv2",
+    "p4runtime": "ina.bench.p4runtime",
 }
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    """The argument parser of benchmark ``name``, with that module's options."""
+    parser = argparse.ArgumentParser(prog=f"ina bench {name}")
+    importlib.import_module(BENCHES[name]).add_arguments(parser)
+    return parser
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,14 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark(s); the exit status is the largest integer one returned."""
+    if args.which == "all" and args.rest:
+        raise UsageError("`ina bench all` runs every benchmark with its defaults: no options")
     names = list(BENCHES) if args.which == "all" else [args.which]
+    # Parse every benchmark's options before running any: a typo fails at once.
+    parsed = [(name, parser_for(name).parse_args(args.rest)) for name in names]
     status = 0
-    for name in names:
-        mod = importlib.import_module(BENCHES[name])
-        parser = argparse.ArgumentParser(prog=f"ina bench {name}")
-        mod.add_arguments(parser)
+    for name, options in parsed:
         print(f"\n## ina bench {name}\n", flush=True)
-        out = mod.main(parser.parse_args(args.rest if args.which != "all" else []))
+        out = importlib.import_module(BENCHES[name]).main(options)
         if isinstance(out, int) and not isinstance(out, bool):
             status = max(status, out)
     return status

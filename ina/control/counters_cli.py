@@ -19,7 +19,13 @@ import sys
 import time
 
 from ina.control.counters import CounterSnapshot, Rates, payload_bytes, rates, read_counters
-from ina.control.p4rt import DEFAULT_ADDRESS, DEFAULT_DEVICE_ID, P4RuntimeError, SwitchConnection
+from ina.control.p4rt import (
+    DEFAULT_ADDRESS,
+    DEFAULT_DEVICE_ID,
+    P4RuntimeError,
+    SwitchConnection,
+    check_address,
+)
 from ina.protocol import Counter
 
 _DROPS = [c for c in Counter if c.name.startswith("DROP_")]
@@ -137,6 +143,11 @@ def main(args: argparse.Namespace | list[str] | None = None) -> int:
         args = build_parser().parse_args(args)
     if args.watch is not None and args.watch <= 0:
         print("ina counters: --watch needs a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        check_address(args.target)
+    except ValueError as e:
+        print(f"ina counters: --target {e}", file=sys.stderr)
         return 2
     try:
         conn = SwitchConnection(args.target, args.device_id, arbitrate=False, timeout=args.timeout)

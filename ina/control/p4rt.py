@@ -41,7 +41,11 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1:9559"  # simple_switch_grpc's and the model's default port
 DEFAULT_DEVICE_ID = 1  # p4runtime-shell's and `ina switch`'s default (simple_switch_grpc: 0)
 DEFAULT_ELECTION_ID = (1, 0)  # p4runtime-shell's default, as (high, low)
-RPC_TIMEOUT = 30.0  # seconds for one unary RPC; a full register dump takes well under that
+RPC_TIMEOUT = 30.0  # seconds for one unary RPC
+# A Read's deadline covers decoding the reply too: protobuf 3.20 (p4runtime-shell's pin)
+# decodes in pure Python, about 200 us per entity, so every register (about 80,000 cells) takes
+# 10-20 s on a busy 2-core machine.
+READ_TIMEOUT = 120.0
 
 INSERT = p4runtime_pb2.Update.INSERT
 MODIFY = p4runtime_pb2.Update.MODIFY
@@ -136,6 +140,24 @@ def decode_value(data: bytes) -> int:
     return int.from_bytes(data, "big")
 
 
+def check_address(address: str) -> str:
+    """``address`` if it names a P4Runtime server as ``HOST:PORT`` (or a gRPC ``unix:`` /
+    ``scheme://`` target); ValueError saying what is missing otherwise. Without the check a
+    bare host name makes gRPC try port 443 and time out."""
+    if address.startswith("unix:") or "://" in address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if ":" in host and not host.startswith("["):  # a bare IPv6 address: no port given
+        raise ValueError(f"{address!r}: give an IPv6 address with its port as [ADDR]:PORT")
+    if not sep or not host or address.endswith("]"):
+        raise ValueError(
+            f"{address!r}: the port is missing; give HOST:PORT (e.g. {address or 'localhost'}:9559)"
+        )
+    if not port.isdigit() or not 0 < int(port) < 1 << 16:
+        raise ValueError(f"{address!r}: {port!r} is not a TCP port; give HOST:PORT")
+    return address
+
+
 # -- names ---------------------------------------------------------------------------------
 
 
@@ -218,7 +240,7 @@ class SwitchConnection:
         require_primary: bool = True,
         timeout: float = 10.0,
     ) -> None:
-        self.address = address
+        self.address = check_address(address)
         self.device_id = device_id
         self.election_id = election_id
         self.timeout = timeout
@@ -421,7 +443,7 @@ class SwitchConnection:
         req.entities.extend(entities)
         out: list[p4runtime_pb2.Entity] = []
         try:
-            for rep in self.stub.Read(req, timeout=RPC_TIMEOUT):
+            for rep in self.stub.Read(req, timeout=READ_TIMEOUT):
                 out.extend(rep.entities)
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc_error(e) from None

@@ -67,7 +67,7 @@ LONG = {
     "repeats": 2,
 }
 
-# Goals of the design (DESIGN.md, "Numbers to hold").
+# Goals of the design (docs/architecture.md, "Goals").
 GOAL_VS_DENSE = 5.0  # high variation: at least 5x faster to the target than no compression
 GOAL_VS_FIXED = 1.3  # ... and 1.3x faster than the best fixed level
 GOAL_ACC_PP = 0.5  # ... with the final accuracy within 0.5 pp of no compression

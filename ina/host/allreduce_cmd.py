@@ -18,7 +18,10 @@ import time
 
 import numpy as np
 
+from ina.errors import UsageError, run_command
 from ina.host.transport import WorkerConfig
+from ina.protocol import MAX_LANES, MAX_WORKERS
+from ina.switch_model.run import MAX_POOL
 from ina.switch_model.tables import JobSpec, load_jobs
 
 
@@ -174,19 +177,53 @@ def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
     return ok
 
 
-def main(args: argparse.Namespace) -> int:
+def check_options(args: argparse.Namespace) -> None:
+    """Raise `UsageError` for options no run can use (before anything starts)."""
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(
+            f"--workers {args.workers}: a job has 1..{MAX_WORKERS} workers "
+            "(one bit each in the switch's slot bitmap)"
+        )
+    if not 1 <= args.pool <= MAX_POOL or args.pool & (args.pool - 1):
+        raise UsageError(
+            f"--pool {args.pool}: the job's pool must be a power of two up to {MAX_POOL} "
+            "(the switch finds the slot as seq % pool)"
+        )
+    if not 1 <= args.lanes <= MAX_LANES:
+        raise UsageError(f"--lanes {args.lanes}: packets carry 1..{MAX_LANES} lanes")
+    if args.size < 1:
+        raise UsageError(f"--size {args.size}: the tensor needs at least one value")
+    if args.iters < 1:
+        raise UsageError(f"--iters {args.iters}: at least one allreduce call")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout}: seconds, > 0")
     if args.switch:
+        host, sep, port = args.switch.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise UsageError(f"--switch {args.switch!r}: give IP:PORT of the switch's INA port")
         if not args.jobs:
-            raise SystemExit("--switch needs --jobs (the job's workers and pool)")
+            raise UsageError("--switch needs --jobs (the job's workers and pool)")
+    elif args.jobs or args.worker_id is not None:
+        raise UsageError("--jobs and --worker-id go with --switch (a running switch)")
+
+
+def main(args: argparse.Namespace) -> int:
+    check_options(args)
+    if args.switch:
         host, port = args.switch.rsplit(":", 1)
         spec = load_jobs(args.jobs)[0]
         cfgs = worker_configs(spec, (host, int(port)), args.lanes, args.timeout)
         if args.worker_id is not None:
             cfgs = [c for c in cfgs if c.worker_id == args.worker_id]
+            if not cfgs:
+                raise UsageError(
+                    f"--worker-id {args.worker_id}: job {spec.job_id} in {args.jobs} has "
+                    f"workers 0..{spec.num_workers - 1}"
+                )
         reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
         return 0 if print_report(reports, args.size, None) else 1
 
-    from ina.host.launch import LocalSwitch, local_jobs
+    from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs
 
     jobs = local_jobs(args.workers, args.pool)
     print(
@@ -194,7 +231,12 @@ def main(args: argparse.Namespace) -> int:
         f"each, {args.lanes} lanes per packet, pool {args.pool}",
         flush=True,
     )
-    with LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool)) as sw:
+    try:
+        sw = LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool))
+    except SwitchStartError as e:
+        print(f"ina allreduce: {e}", file=sys.stderr)
+        return 1
+    with sw:
         cfgs = worker_configs(jobs[0], sw.address, args.lanes, args.timeout)
         reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
         counters = read_counters_p4runtime(sw.grpc_address)  # as any controller would
@@ -206,4 +248,4 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="ina allreduce")
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    sys.exit(run_command("ina allreduce", main, parser.parse_args()))

@@ -8,6 +8,7 @@ workers are (worker_table) before they send.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import queue
@@ -43,6 +44,10 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+class SwitchStartError(RuntimeError):
+    """The switch model child process did not come up; the message has its own reason."""
 
 
 class LocalSwitch:
@@ -90,8 +95,12 @@ class LocalSwitch:
         self._lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        # Drained all along: a switch that logs much would otherwise block on a full pipe.
+        self._errors: collections.deque[str] = collections.deque(maxlen=50)
+        self._err_reader = threading.Thread(target=self._read_errors, daemon=True)
+        self._err_reader.start()
+        self.final_counters: dict | None = None  # set by stop(), which a failed start calls
         self.ready_line = self._wait_ready(startup_timeout)
-        self.final_counters: dict | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -100,6 +109,10 @@ class LocalSwitch:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self._lines.put(line.rstrip("\n"))
+
+    def _read_errors(self) -> None:
+        for line in self.proc.stderr:
+            self._errors.append(line.rstrip("\n"))
 
     def _wait_ready(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -112,9 +125,14 @@ class LocalSwitch:
                 continue
             if line.startswith(READY):
                 return line
-        err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        exited = self.proc.poll()
         self.stop()
-        raise RuntimeError(f"switch model did not start within {timeout} s: {err.strip()}")
+        self._err_reader.join(timeout=2)
+        # The switch says what went wrong on its last line (`ina switch: ...`).
+        last = self._errors[-1] if self._errors else "(nothing on stderr)"
+        if exited is None:
+            raise SwitchStartError(f"the switch model did not start within {timeout:g} s: {last}")
+        raise SwitchStartError(f"the switch model exited with status {exited}: {last}")
 
     def stop(self, timeout: float = 10.0) -> dict | None:
         """Stop the switch (SIGTERM, then SIGKILL); return its final counters."""

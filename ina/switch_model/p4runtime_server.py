@@ -59,7 +59,15 @@ Threading: gRPC serves requests on a thread pool while the model's data path run
 thread of the same process. Every access to the pipeline holds one lock, ``pipeline_lock``,
 which the I/O loop must also hold around ``Pipeline.process_batch`` (one acquisition per
 batch, so control writes are atomic with respect to packets; a ``Write`` batch is applied
-under one acquisition).
+under one acquisition). A ``Read`` only copies the state it answers with under the lock
+(microseconds even for every register) and encodes the reply after releasing it
+(`ina.switch_model.p4rt_wire`: numpy, not protobuf objects, for counter and register cells),
+so a large read never holds up aggregation.
+
+Streams: each open ``StreamChannel`` holds a gRPC thread. The service serves up to
+``max_streams`` (`MAX_STREAMS`) at once and refuses more with RESOURCE_EXHAUSTED (the
+spec's answer when "the number of open streams exceeds the supported limit"); the pool
+keeps `RPC_THREADS` more threads, so ``Read``, ``Write`` and the refusals always get one.
 
 Usage::
 
@@ -72,15 +80,19 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
 import ipaddress
 import logging
 import queue
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
+import numpy as np
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
@@ -88,6 +100,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ina.p4 import entities
 from ina.p4info import build_p4info, p4info_differences
+from ina.switch_model import p4rt_wire
 from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.tables import JobEntry, Tables, WorkerAddress
 
@@ -96,7 +109,9 @@ log = logging.getLogger(__name__)
 DEFAULT_DEVICE_ID = 1  # p4runtime-shell's default; start simple_switch_grpc with --device-id 1
 DEFAULT_ADDRESS = "0.0.0.0:9559"  # simple_switch_grpc's default --grpc-server-addr
 P4RUNTIME_API_VERSION = "1.4.1"  # the p4runtime protos this service is built on
-_READ_CHUNK = 2000  # entities per ReadResponse: keeps messages far below gRPC's 4 MB limit
+_READ_BYTES = 256 * 1024  # bytes per ReadResponse: far below gRPC's 4 MB default limit
+MAX_STREAMS = 32  # StreamChannels served at once; more are refused (RESOURCE_EXHAUSTED)
+RPC_THREADS = 8  # gRPC threads left for unary RPCs and Reads when every stream is open
 
 SC = grpc.StatusCode
 _U = p4runtime_pb2.Update
@@ -250,6 +265,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         lock: threading.Lock | threading.RLock | None = None,
         device_id: int = DEFAULT_DEVICE_ID,
         preloaded: bool = True,
+        max_streams: int = MAX_STREAMS,
     ) -> None:
         self.pipeline = pipeline
         self.pipeline_lock = lock if lock is not None else threading.Lock()
@@ -270,6 +286,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._arb_lock = threading.Lock()
         self._sessions: list[_Session] = []
         self._primary: _Session | None = None
+        self.max_streams = max_streams
+        self._streams = 0  # StreamChannels being served (guarded by _arb_lock)
 
         self._tables = {
             "job_table": (self._job_apply, self._job_remove, self._job_entries),
@@ -350,27 +368,56 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._abort_batch(context, errors, "Write failure.")
         return p4runtime_pb2.WriteResponse()
 
-    def Read(self, request, context) -> Iterator[p4runtime_pb2.ReadResponse]:  # noqa: N802
+    def Read(self, request, context) -> Iterator[bytes]:  # noqa: N802
+        """Serialized ReadResponses (see `_add_to_server`): the state is copied under the
+        pipeline lock, and encoded and sent after it, in messages of at most _READ_BYTES, so
+        a read of every register (about 80,000 cells) holds up the data path for a copy only."""
         try:
             self._check_device(request.device_id)
             if request.role:
                 raise _fail(SC.NOT_FOUND, f"unknown role {request.role!r}")
             if self._config is None:
                 raise _fail(SC.FAILED_PRECONDITION, "no forwarding pipeline config set")
-            out: list[p4runtime_pb2.Entity] = []
             with self.pipeline_lock:
-                for entity in request.entities:
-                    out.extend(self._read_entity(entity))
+                parts = [p for entity in request.entities for p in self._read_entity(entity)]
         except P4RuntimeFailure as f:
             context.abort(f.code, f.message)
         except Exception:
             log.exception("Read failed")
             context.abort(SC.INTERNAL, "internal error in the switch model (see its log)")
         # Always at least one (maybe empty) response, as BMv2 does.
-        for i in range(0, max(len(out), 1), _READ_CHUNK):
-            yield p4runtime_pb2.ReadResponse(entities=out[i : i + _READ_CHUNK])
+        try:
+            yield from p4rt_wire.reply_messages(parts, _READ_BYTES)
+        except Exception:
+            log.exception("Read reply failed")
+            context.abort(SC.INTERNAL, "internal error in the switch model (see its log)")
+
+    @property
+    def open_streams(self) -> int:
+        """StreamChannels being served now."""
+        with self._arb_lock:
+            return self._streams
 
     def StreamChannel(self, request_iterator, context):  # noqa: N802
+        # Each stream holds a gRPC thread for its lifetime (and one reader thread): past
+        # max_streams a stream is refused at once, as the spec asks, so that Read, Write and
+        # new streams are never starved of threads (16 streams used to hang every RPC).
+        with self._arb_lock:
+            admitted = self._streams < self.max_streams
+            self._streams += admitted
+        if not admitted:
+            context.abort(
+                SC.RESOURCE_EXHAUSTED,
+                f"{self.max_streams} StreamChannels are open, the most this switch serves: "
+                "close one (Read needs no stream)",
+            )
+        try:
+            yield from self._serve_stream(request_iterator, context)
+        finally:
+            with self._arb_lock:
+                self._streams -= 1
+
+    def _serve_stream(self, request_iterator, context):
         session = _Session()
 
         def reader() -> None:
@@ -888,14 +935,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             size = min(r.size, 2 * self.pipeline.pool_total)
         return r, lane, size
 
-    def _register_get(self, lane: int | None, name: str, i: int, bits: int) -> int:
-        regs = self.pipeline.registers
-        if lane is None:
-            return self.pipeline.register_cells(name)[i] & ((1 << bits) - 1)
-        if lane >= regs.lanes:
-            return 0
-        return int(regs.values[i, lane]) & ((1 << bits) - 1)
-
     def _write_register(self, utype: int, re: p4runtime_pb2.RegisterEntry) -> None:
         r, lane, size = self._register(re.register_id)
         name, bits = r.preamble.name, r.type_spec.bitstring.bit.bitwidth
@@ -921,17 +960,20 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             regs.values[idx.start : idx.stop, lane] = signed
 
     # -- Read ------------------------------------------------------------------------------
+    #
+    # Under the pipeline lock a read only copies what it answers with (a "part" of the reply,
+    # `ina.switch_model.p4rt_wire`); the reply is encoded after the lock is released.
 
-    def _read_entity(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
+    def _read_entity(self, entity: p4runtime_pb2.Entity) -> list:
         kind = entity.WhichOneof("entity")
         if kind == "table_entry":
-            return self._read_tables(entity.table_entry)
+            return [self._read_tables(entity.table_entry)]
         if kind == "counter_entry":
             return self._read_counters(entity.counter_entry)
         if kind == "register_entry":
             return self._read_registers(entity.register_entry)
         if kind == "packet_replication_engine_entry":
-            return self._read_pre(entity.packet_replication_engine_entry)
+            return [self._read_pre(entity.packet_replication_engine_entry)]
         if kind is None:
             raise _fail(SC.INVALID_ARGUMENT, "entity is not set")
         # Entity kinds the program has none of: a wildcard finds nothing, an ID is unknown.
@@ -955,19 +997,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             )
         return []
 
-    def _read_tables(self, q: p4runtime_pb2.TableEntry) -> list[p4runtime_pb2.Entity]:
+    def _read_tables(self, q: p4runtime_pb2.TableEntry) -> p4rt_wire.Entities:
         if q.table_id == 0:
             tables = list(self._schema.tables.values())
         else:
             tables = [self._schema.table(q.table_id)]
-        out: list[p4runtime_pb2.Entity] = []
+        out = []
         for t in tables:
             if q.is_default_action:
-                e = p4runtime_pb2.Entity()
-                e.table_entry.table_id = t.id
-                e.table_entry.is_default_action = True
-                e.table_entry.action.action.action_id = t.default_action
-                out.append(e)
+                out.append(functools.partial(_default_entry, t))
                 continue
             if q.priority:
                 continue  # every entry has priority 0
@@ -979,88 +1017,109 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 keys = [key] if key in entries else []
             for key in keys:
                 action_name, values = entries[key]
-                action_id = self._schema.action_id[action_name]
-                if q.HasField("action") and q.action.action.action_id not in (0, action_id):
+                action = self._schema.actions[self._schema.action_id[action_name]]
+                if q.HasField("action") and q.action.action.action_id not in (0, action.id):
                     continue
                 ctrl_meta, meta = self._entry_meta.get((t.id, key), (0, b""))
                 if q.controller_metadata and q.controller_metadata != ctrl_meta:
                     continue
                 if q.metadata and q.metadata != meta:
                     continue
-                e = p4runtime_pb2.Entity()
-                te = e.table_entry
-                te.table_id = t.id
-                for (fid, _, _, _), v in zip(t.fields, key, strict=True):
-                    fm = te.match.add()
-                    fm.field_id = fid
-                    fm.exact.value = encode_uint(v)
-                a = te.action.action
-                a.action_id = action_id
-                for (pid, _, _), v in zip(
-                    self._schema.actions[action_id].params, values, strict=True
-                ):
-                    a.params.add(param_id=pid, value=encode_uint(v))
-                te.controller_metadata = ctrl_meta
-                te.metadata = meta
-                out.append(e)
-        return out
+                # keys, values and metadata are immutable: the builder owns its copy
+                out.append(functools.partial(_table_entry, t, key, action, values, ctrl_meta, meta))
+        return p4rt_wire.Entities(tuple(out))
 
-    def _read_counters(self, q: p4runtime_pb2.CounterEntry) -> list[p4runtime_pb2.Entity]:
+    def _read_counters(self, q: p4runtime_pb2.CounterEntry) -> list[p4rt_wire.CounterCells]:
         ids = [q.counter_id] if q.counter_id else list(self._schema.counters)
         out = []
         for cid in ids:
             c, arr, size = self._counter_array(cid)
-            for i in self._indices(c.preamble.name, q, size, c.size):
-                e = p4runtime_pb2.Entity()
-                ce = e.counter_entry
-                ce.counter_id = cid
-                ce.index.index = i
-                ce.data.packet_count = int(arr[i, 0])
-                ce.data.byte_count = int(arr[i, 1])
-                out.append(e)
+            idx = self._indices(c.preamble.name, q, size, c.size)
+            out.append(p4rt_wire.CounterCells(cid, idx.start, arr[idx.start : idx.stop].copy()))
         return out
 
-    def _read_registers(self, q: p4runtime_pb2.RegisterEntry) -> list[p4runtime_pb2.Entity]:
+    def _read_registers(self, q: p4runtime_pb2.RegisterEntry) -> list[p4rt_wire.RegisterCells]:
         ids = [q.register_id] if q.register_id else list(self._schema.registers)
+        regs = self.pipeline.registers
         out = []
         for rid in ids:
             r, lane, size = self._register(rid)
             name, bits = r.preamble.name, r.type_spec.bitstring.bit.bitwidth
-            for i in self._indices(name, q, size, r.size):
-                e = p4runtime_pb2.Entity()
-                re = e.register_entry
-                re.register_id = rid
-                re.index.index = i
-                re.data.bitstring = encode_uint(self._register_get(lane, name, i, bits))
-                out.append(e)
+            idx = self._indices(name, q, size, r.size)
+            if lane is None:
+                cells = self.pipeline.register_cells(name)[idx.start : idx.stop]
+                if isinstance(cells, np.ndarray):
+                    cells = cells.copy()  # a slice of a list is a copy already
+            elif lane >= regs.lanes:
+                cells = np.zeros(len(idx), np.int64)  # lanes the model does not run
+            else:
+                cells = regs.values[idx.start : idx.stop, lane].copy()
+            out.append(p4rt_wire.RegisterCells(rid, idx.start, cells, bits))
         return out
 
-    def _read_pre(self, q: p4runtime_pb2.PacketReplicationEngineEntry):
+    def _read_pre(self, q: p4runtime_pb2.PacketReplicationEngineEntry) -> p4rt_wire.Entities:
         kind = q.WhichOneof("type")
         if kind == "clone_session_entry":
             if q.clone_session_entry.session_id:
                 raise _fail(SC.NOT_FOUND, "the INA program uses no clone sessions")
-            return []
+            return p4rt_wire.Entities(())
         if kind is None:
             raise _fail(SC.INVALID_ARGUMENT, "packet replication engine entry is not set")
         groups = self.pipeline.tables.mcast_groups
         gid = q.multicast_group_entry.multicast_group_id
         if gid and gid not in groups:
             raise _fail(SC.NOT_FOUND, f"no multicast group {gid}")
-        out = []
-        for g in [gid] if gid else sorted(groups):
-            e = p4runtime_pb2.Entity()
-            m = e.packet_replication_engine_entry.multicast_group_entry
-            m.multicast_group_id = g
-            for port, rid in groups[g]:
-                r = m.replicas.add(instance=rid)
-                if g in self._group_port_bytes:
-                    r.port = encode_uint(port)
-                else:
-                    r.egress_port = port
-            m.metadata = self._group_meta.get(g, b"")
-            out.append(e)
-        return out
+        return p4rt_wire.Entities(
+            tuple(
+                functools.partial(
+                    _group_entry,
+                    g,
+                    tuple(groups[g]),
+                    g in self._group_port_bytes,
+                    self._group_meta.get(g, b""),
+                )
+                for g in ([gid] if gid else sorted(groups))
+            )
+        )
+
+
+def _default_entry(t: _TableInfo) -> p4runtime_pb2.Entity:
+    e = p4runtime_pb2.Entity()
+    e.table_entry.table_id = t.id
+    e.table_entry.is_default_action = True
+    e.table_entry.action.action.action_id = t.default_action
+    return e
+
+
+def _table_entry(t: _TableInfo, key, action: _ActionInfo, values, ctrl_meta, meta):
+    e = p4runtime_pb2.Entity()
+    te = e.table_entry
+    te.table_id = t.id
+    for (fid, _, _, _), v in zip(t.fields, key, strict=True):
+        fm = te.match.add()
+        fm.field_id = fid
+        fm.exact.value = encode_uint(v)
+    a = te.action.action
+    a.action_id = action.id
+    for (pid, _, _), v in zip(action.params, values, strict=True):
+        a.params.add(param_id=pid, value=encode_uint(v))
+    te.controller_metadata = ctrl_meta
+    te.metadata = meta
+    return e
+
+
+def _group_entry(gid: int, replicas, port_bytes: bool, metadata: bytes) -> p4runtime_pb2.Entity:
+    e = p4runtime_pb2.Entity()
+    m = e.packet_replication_engine_entry.multicast_group_entry
+    m.multicast_group_id = gid
+    for port, rid in replicas:
+        r = m.replicas.add(instance=rid)
+        if port_bytes:
+            r.port = encode_uint(port)
+        else:
+            r.egress_port = port
+    m.metadata = metadata
+    return e
 
 
 # -- server --------------------------------------------------------------------------------
@@ -1093,32 +1152,115 @@ class ModelServer:
         self.stop()
 
 
+def _read_response_bytes(message: bytes | p4runtime_pb2.ReadResponse) -> bytes:
+    """Read's response serializer: our Read yields ReadResponses serialized already."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def _add_to_server(service: P4RuntimeService, server: grpc.Server) -> None:
+    """Register ``service`` like ``add_P4RuntimeServicer_to_server``, except that Read's
+    replies pass through as bytes (encoded by `p4rt_wire`, not built as protobuf objects)."""
+    pb = p4runtime_pb2
+    unary = grpc.unary_unary_rpc_method_handler
+    handlers = {
+        "Write": unary(
+            service.Write, pb.WriteRequest.FromString, pb.WriteResponse.SerializeToString
+        ),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            service.Read, pb.ReadRequest.FromString, _read_response_bytes
+        ),
+        "SetForwardingPipelineConfig": unary(
+            service.SetForwardingPipelineConfig,
+            pb.SetForwardingPipelineConfigRequest.FromString,
+            pb.SetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "GetForwardingPipelineConfig": unary(
+            service.GetForwardingPipelineConfig,
+            pb.GetForwardingPipelineConfigRequest.FromString,
+            pb.GetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            service.StreamChannel,
+            pb.StreamMessageRequest.FromString,
+            pb.StreamMessageResponse.SerializeToString,
+        ),
+        "Capabilities": unary(
+            service.Capabilities,
+            pb.CapabilitiesRequest.FromString,
+            pb.CapabilitiesResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers),)
+    )
+
+
+def _bind_problem(address: str) -> str | None:
+    """Why a TCP listener cannot bind ``address`` (``host:port``) now, or None.
+
+    gRPC would find out too, but it logs a multi-line C++ error on stderr first; this
+    check lets `ina switch` say it in one line. (gRPC's own bind stays the real guard.)"""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) == 0:
+        return None  # let gRPC judge the address; port 0 is always free
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"cannot resolve {host!r}: {e.strerror}"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return "the port is in use (another switch?)"
+                return e.strerror or str(e)
+    return None
+
+
 def start_server(
     pipeline: Pipeline,
     address: str = DEFAULT_ADDRESS,
     lock: threading.Lock | threading.RLock | None = None,
     device_id: int = DEFAULT_DEVICE_ID,
     preloaded: bool = True,
-    max_workers: int = 16,
+    max_streams: int = MAX_STREAMS,
 ) -> ModelServer:
     """Serve P4Runtime for ``pipeline`` on ``address`` (``host:0`` picks a free port).
 
     Returns at once; gRPC serves on its own threads. ``lock`` (created if None) guards the
-    pipeline: the data path must hold the same lock around ``process_batch``.
+    pipeline: the data path must hold the same lock around ``process_batch``. At most
+    ``max_streams`` StreamChannels (controllers) are served at once; more are refused with
+    RESOURCE_EXHAUSTED, and RPC_THREADS threads always remain for the other RPCs.
+    Raises OSError (one line) if the address cannot be bound, e.g. its port is in use.
     """
-    service = P4RuntimeService(pipeline, lock=lock, device_id=device_id, preloaded=preloaded)
-    # Each open StreamChannel keeps one worker busy for its lifetime: leave room for RPCs.
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt")
+    service = P4RuntimeService(
+        pipeline, lock=lock, device_id=device_id, preloaded=preloaded, max_streams=max_streams
     )
-    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
+    server = grpc.server(
+        # Each open StreamChannel keeps one thread busy for its lifetime.
+        futures.ThreadPoolExecutor(
+            max_workers=max_streams + RPC_THREADS, thread_name_prefix="p4rt"
+        ),
+        # gRPC binds with SO_REUSEPORT by default: a second switch on the same port would
+        # come up silently and the kernel would share connections between the two.
+        options=[("grpc.so_reuseport", 0)],
+    )
+    _add_to_server(service, server)
     host, _, _ = address.rpartition(":")
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as e:  # grpcio raises when it cannot bind
-        raise OSError(f"P4Runtime server cannot bind {address}: {e}") from None
+    busy = _bind_problem(address)
+    if busy is None:
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises when it cannot bind (its message is a C++ dump)
+            port = 0
+        busy = "the port is in use (another switch?) or the address is not this host's"
+    else:
+        port = 0
     if port == 0:
-        raise OSError(f"P4Runtime server cannot bind {address}")
+        raise OSError(f"P4Runtime cannot listen on {address}: {busy}")
     server.start()
     return ModelServer(server, service, port, host or "127.0.0.1")
 
@@ -1136,6 +1278,7 @@ def serve(
 __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_DEVICE_ID",
+    "MAX_STREAMS",
     "ModelServer",
     "P4RuntimeFailure",
     "P4RuntimeService",

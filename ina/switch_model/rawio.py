@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ina.errors import UsageError, run_command
 from ina.netio import IOVEC, MMSGHDR
 from ina.p4.entities import POOL_SLOTS
 from ina.protocol import P4_LANES, packet_bytes
@@ -430,7 +431,11 @@ def main(args: argparse.Namespace) -> int:
     switch = RawSwitch(frames, ports, batch=args.batch)
     grpc_server = None
     if args.grpc:
-        grpc_server = start_p4runtime(frames, args.grpc, switch.lock, args.device_id)
+        try:
+            grpc_server = start_p4runtime(frames, args.grpc, switch.lock, args.device_id)
+        except OSError as e:  # the port is taken: one line, not a traceback
+            switch.close()
+            raise UsageError(str(e)) from None
 
     def stop(*_):
         switch.stop()
@@ -459,4 +464,4 @@ if __name__ == "__main__":
         prog="python -m ina.switch_model.rawio", description=__doc__.split("\n")[0]
     )
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    sys.exit(run_command("rawio", main, parser.parse_args()))

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import sys
 import threading
 
+from ina.errors import UsageError, run_command
 from ina.p4.entities import POOL_SLOTS
-from ina.protocol import P4_LANES, UDP_PORT
+from ina.protocol import MAX_LANES, P4_LANES, UDP_PORT
 from ina.switch_model.impair import Impairment
 from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.server import SwitchServer
 from ina.switch_model.tables import JobSpec, load_jobs
 
 READY = "ina-switch ready"  # first line on stdout once both services listen
+MAX_POOL = 1 << 16  # slot indices and pool bases are 16-bit fields (header, job_table)
 
 
 def install_job_spec(pipeline: Pipeline, spec: JobSpec) -> None:
@@ -28,44 +31,86 @@ def install_job_spec(pipeline: Pipeline, spec: JobSpec) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default="127.0.0.1", help="IP to serve INA on")
-    p.add_argument("--port", type=int, default=UDP_PORT, help="UDP port to serve INA on")
+    p.add_argument(
+        "--address", default="127.0.0.1", help="IP to serve INA on (default %(default)s)"
+    )
+    p.add_argument(
+        "--port", type=int, default=UDP_PORT, help="UDP port to serve INA on (default %(default)s)"
+    )
     p.add_argument(
         "--lanes",
         type=int,
         default=256,
-        help=f"int32 lanes per packet (the P4 program uses {P4_LANES})",
+        help=f"int32 lanes per packet, 1..{MAX_LANES} (default %(default)s; the P4 program "
+        f"uses {P4_LANES})",
     )
     p.add_argument(
         "--pool",
         type=int,
         default=POOL_SLOTS,
-        help="slots in the switch's register pool, shared by all jobs",
+        help="slots in the switch's register pool, shared by all jobs (default %(default)s)",
     )
-    p.add_argument("--jobs", help="jobs file (JSON) to install at start")
+    p.add_argument("--jobs", help="jobs file (JSON) to install at start (e.g. examples/jobs.json)")
     p.add_argument(
-        "--grpc", default="127.0.0.1:9559", help="P4Runtime address to serve ('' to disable)"
+        "--grpc",
+        default="127.0.0.1:9559",
+        metavar="HOST:PORT",
+        help="P4Runtime address to serve, '' to disable (default %(default)s)",
     )
-    p.add_argument("--device-id", type=int, default=1)
-    p.add_argument("--loss", type=float, default=0.0, help="drop probability per packet")
-    p.add_argument("--dup", type=float, default=0.0, help="duplication probability per packet")
-    p.add_argument("--reorder", type=float, default=0.0, help="shuffle probability per batch")
-    p.add_argument("--seed", type=int, default=0, help="seed of the impairments")
+    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
+    p.add_argument("--loss", type=float, default=0.0, help="drop probability per packet (0)")
+    p.add_argument("--dup", type=float, default=0.0, help="duplication probability per packet (0)")
+    p.add_argument("--reorder", type=float, default=0.0, help="shuffle probability per batch (0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the impairments (0)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Raise `UsageError` for options the switch cannot run with."""
+    if not 1 <= args.lanes <= MAX_LANES:
+        raise UsageError(f"--lanes {args.lanes}: the switch model runs 1..{MAX_LANES} lanes")
+    if not 1 <= args.pool <= MAX_POOL:
+        raise UsageError(f"--pool {args.pool}: the pool has 1..{MAX_POOL} slots")
+    if not 0 <= args.port < 1 << 16:
+        raise UsageError(f"--port {args.port} is not a UDP port")
+    if args.grpc:
+        host, sep, port = args.grpc.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise UsageError(f"--grpc {args.grpc!r}: give HOST:PORT (e.g. 127.0.0.1:9559)")
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run the switch until SIGTERM/SIGINT; `UsageError` (one line) for bad options, a bad
+    jobs file, or a port that another process holds."""
+    _check(args)
+    specs = load_jobs(args.jobs) if args.jobs else []
+    try:
+        impairment = Impairment(args.loss, args.dup, args.reorder, args.seed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     pipeline = Pipeline(lanes=args.lanes, pool_total=args.pool)
-    for spec in load_jobs(args.jobs) if args.jobs else []:
-        install_job_spec(pipeline, spec)
-    impairment = Impairment(args.loss, args.dup, args.reorder, args.seed)
-    server = SwitchServer(pipeline, bind=(args.address, args.port), impairment=impairment)
+    for spec in specs:
+        try:
+            install_job_spec(pipeline, spec)
+        except ValueError as e:  # e.g. the job's pool does not fit --pool
+            raise UsageError(f"jobs file {args.jobs}: {e}") from None
+    try:
+        server = SwitchServer(pipeline, bind=(args.address, args.port), impairment=impairment)
+    except OSError as e:
+        raise UsageError(
+            f"cannot serve INA on udp {args.address}:{args.port}: {e.strerror or e}"
+            + (" (another switch?)" if e.errno == errno.EADDRINUSE else "")
+        ) from None
     grpc_server = None
     grpc_where = "off"
     if args.grpc:
-        from ina.switch_model.p4runtime_server import serve
+        from ina.switch_model.p4runtime_server import start_server
 
-        grpc_server = serve(pipeline, args.grpc, server.lock, device_id=args.device_id)
-        grpc_where = args.grpc
+        try:
+            grpc_server = start_server(pipeline, args.grpc, server.lock, device_id=args.device_id)
+        except OSError as e:
+            server.close()
+            raise UsageError(str(e)) from None
+        grpc_where = grpc_server.address
 
     def stop(*_):
         server.stop()
@@ -92,4 +137,4 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="ina switch")
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    sys.exit(run_command("ina switch", main, parser.parse_args()))

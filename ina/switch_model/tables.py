@@ -7,10 +7,12 @@ from code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ina.errors import UsageError
 from ina.p4.entities import MAX_JOBS
 from ina.protocol import MAX_WORKERS
 
@@ -133,10 +135,81 @@ class JobSpec:
         return cls(workers=workers, **rest)
 
 
+class JobsFileError(UsageError):
+    """A jobs file that cannot be used: missing, not JSON, or not the shape `load_jobs` reads.
+    The message names the file and, where it can, the job and the worker."""
+
+
+def _fields(cls, d: object, where: str, ignore: tuple[str, ...] = ()) -> dict:
+    """``d``'s keys checked against dataclass ``cls``: an object, every field without a
+    default present, no unknown key, integers where the field is an int."""
+    if not isinstance(d, dict):
+        raise JobsFileError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    required = [
+        n
+        for n, f in known.items()
+        if n not in ignore
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [n for n in required if n not in d]
+    if missing:
+        raise JobsFileError(f"{where}: missing {', '.join(repr(n) for n in missing)}")
+    unknown = sorted(k for k in d if k not in known)
+    if unknown:
+        raise JobsFileError(
+            f"{where}: unknown key {', '.join(repr(k) for k in unknown)} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    for name, value in d.items():
+        kind = known[name].type
+        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise JobsFileError(f"{where}: {name!r} must be an integer, got {value!r}")
+        if kind == "str" and not isinstance(value, str):
+            raise JobsFileError(f"{where}: {name!r} must be a string, got {value!r}")
+    return d
+
+
+def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
+    """The jobs of a parsed jobs file; `JobsFileError` says what is wrong and where."""
+    shape = '{"jobs": [{job_id, num_workers, pool_base, pool_size, workers: [...]}]}'
+    if not isinstance(data, dict):
+        raise JobsFileError(f"{where}: expected a JSON object {shape}")
+    if "jobs" not in data:
+        raise JobsFileError(f"{where}: no 'jobs' key; a jobs file holds {shape}")
+    if not isinstance(data["jobs"], list):
+        raise JobsFileError(f"{where}: 'jobs' must be a list")
+    specs = []
+    for i, job in enumerate(data["jobs"]):
+        at = f"{where}: jobs[{i}]"
+        _fields(JobSpec, job, at)
+        if not isinstance(job["workers"], list):
+            raise JobsFileError(f"{at}: 'workers' must be a list")
+        at = f"{where}: job {job['job_id']}"
+        for k, w in enumerate(job["workers"]):
+            _fields(WorkerAddress, w, f"{at}: workers[{k}]", ignore=("job_id",))
+        try:
+            spec = JobSpec.from_json(job)
+            spec.entry()  # the job_table entry's checks: worker count, pool, ids
+        except ValueError as e:
+            raise JobsFileError(f"{where}: {e}") from None
+        specs.append(spec)
+    return specs
+
+
 def load_jobs(path: str | Path) -> list[JobSpec]:
-    """Read a jobs file: ``{"jobs": [{job_id, num_workers, pool_base, pool_size, workers}]}``."""
-    data = json.loads(Path(path).read_text())
-    return [JobSpec.from_json(j) for j in data["jobs"]]
+    """Read a jobs file: ``{"jobs": [{job_id, num_workers, pool_base, pool_size, workers}]}``
+    (``examples/jobs.json`` is one). Raises `JobsFileError` (one line) if it cannot."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise JobsFileError(f"jobs file {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise JobsFileError(f"jobs file {path}: not valid JSON: {e}") from None
+    return parse_jobs(data, f"jobs file {path}")
 
 
 def save_jobs(path: str | Path, jobs: list[JobSpec]) -> None:

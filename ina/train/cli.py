@@ -175,6 +175,10 @@ def validate(args: argparse.Namespace) -> None:
     for name in ("epochs", "batch_size", "threads", "lanes", "pool"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    from ina.protocol import MAX_LANES
+
+    if args.lanes > MAX_LANES:
+        raise ValueError(f"--lanes {args.lanes}: packets carry 1..{MAX_LANES} lanes")
     if args.pool & (args.pool - 1):
         raise ValueError(f"--pool must be a power of two (slot = seq % pool), got {args.pool}")
     if not args.lr > 0:

@@ -24,9 +24,10 @@ The result equals the dense wrap-around int32 sum of every worker's values, bit 
 Value codings for round 2 (``HomomorphicConfig.coding``): ``"sketch"`` as above (Li et al.),
 and ``"support"``, which sends the ``nnz`` values at the union positions as plain lanes. Once
 the union is known (two rounds), ``"support"`` is smaller than any sketch (``nnz`` lanes against
-``~1.23 nnz``) and needs no peeling; the sketch earns its keep in the paper's one-round variant,
-where the index and the sketch travel together and the sketch is sized before the union is
-known. Both are exact. ``"sketch"`` falls back to ``"support"`` when the sketch would not be
+``~1.23 nnz``) and needs no peeling. Li et al.'s public code (lihy0529/
+lossless_homomorphic_compression, benchmark.py) also does two all-reduces, the index and then
+the sketch; a sketch sized before the union is known could share a round with the index, which
+neither does. Both codings are exact. ``"sketch"`` falls back to ``"support"`` when the sketch would not be
 smaller than the dense bucket (union density above ~80 %).
 
 The transport is a ``reduce`` callable (``ina.host.transport``)::

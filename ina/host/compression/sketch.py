@@ -1,6 +1,6 @@
 """Count sketch over a known support, and its exact peeling decoder.
 
-Round 2 of a compressed allreduce (Li et al., ICML'24, arXiv 2402.07529, sec. 3) sends, instead
+Round 2 of a compressed allreduce (after Li et al., ICML'24, arXiv 2402.07529) sends, instead
 of one lane per position of the union support, a sketch of ``cells ~= 1.23 x nnz`` int32 lanes:
 each union position adds its value into one cell of each of ``num_hashes`` (3) partitions of
 the sketch. The switch adds the workers' sketches lane by lane, and since the sketch is linear
@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_NUM_HASHES = 3
-# Cells per union non-zero. 3-hash peeling has its threshold at 1.222; 1.23 sits just above it
-# (Li et al. use the same margin). See docs/compression.md for failure rate vs this factor.
+# Cells per union non-zero. 3-hash peeling has its threshold at 1.222; 1.23 sits just above it.
+# (Li et al.'s public code, github.com/lihy0529/lossless_homomorphic_compression benchmark.py,
+# sizes its sketch at n/10 cells whatever the density.) docs/compression.md: failures vs this.
 DEFAULT_CELLS_PER_NNZ = 1.23
 # Extra cells, times sqrt(nnz). The threshold is asymptotic: a finite hypergraph near it peels
 # only with some probability (the transition window shrinks like 1/sqrt(nnz)). Measured with

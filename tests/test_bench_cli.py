@@ -1,0 +1,29 @@
+"""`ina bench`: every benchmark's options parse through the `ina` command (no benchmark runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ina.bench import cli as bench_cli
+from ina.cli import main as ina_main
+
+
+@pytest.mark.parametrize("name", sorted(bench_cli.BENCHES))
+def test_every_benchmark_parses_its_options(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        ina_main(["bench", name, "--help"])
+    assert e.value.code == 0
+    assert f"usage: ina bench {name}" in capsys.readouterr().out
+    bench_cli.parser_for(name).parse_args([])  # the defaults parse too
+
+
+def test_unknown_benchmark_option_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        ina_main(["bench", "compression", "--no-such-option"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_bench_all_takes_no_options(capsys):
+    assert ina_main(["bench", "all", "--quick"]) == 2
+    assert capsys.readouterr().err.startswith("ina bench: `ina bench all` runs every")

@@ -1,0 +1,194 @@
+"""Mistakes a user makes get one line on stderr and exit status 2, never a traceback.
+
+Most cases run the `ina` command in this process (the same code path as the console script);
+the port-in-use cases also run it as a process, as a user would, and read its stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from ina.cli import main as ina_main
+from ina.switch_model.tables import JobsFileError, load_jobs, local_job, save_jobs
+
+pytestmark = pytest.mark.network
+
+
+def one_line(err: str) -> str:
+    """The single line of ``err`` (asserting there is exactly one, and no traceback)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def run_ina(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ina", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+# -- jobs files --------------------------------------------------------------------------------
+
+
+def _job_json() -> dict:
+    return local_job(num_workers=2, pool_size=16).to_json()
+
+
+def _write(path, data) -> str:
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def _no_udp_port() -> dict:
+    job = _job_json()
+    del job["workers"][1]["udp_port"]
+    return {"jobs": [job]}
+
+
+def _pool(size: int) -> dict:
+    return {"jobs": [{**_job_json(), "pool_size": size}]}
+
+
+BAD_JOBS = {
+    "missing": (None, "No such file or directory"),
+    "not json": ("{jobs: [", "not valid JSON"),
+    "no jobs key": ({"job": []}, "no 'jobs' key"),
+    "worker without udp_port": (_no_udp_port(), "job 1: workers[1]: missing 'udp_port'"),
+    "pool not a power of two": (_pool(100), "power-of-two pool_size"),
+    "pool_base not an integer": (
+        {"jobs": [{**_job_json(), "pool_base": "0"}]},
+        "'pool_base' must be an integer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JOBS))
+def test_bad_jobs_file_is_one_line(case, tmp_path, capsys):
+    data, message = BAD_JOBS[case]
+    path = str(tmp_path / "missing.json") if data is None else _write(tmp_path / "j.json", data)
+    with pytest.raises(JobsFileError, match=re.escape(message)):
+        load_jobs(path)
+    assert ina_main(["switch", "--jobs", path, "--port", "0", "--grpc", ""]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"ina switch: jobs file {path}: ") and message in line
+
+
+def test_bad_jobs_file_for_allreduce_against_a_running_switch(tmp_path, capsys):
+    path = _write(tmp_path / "j.json", _pool(48))
+    assert ina_main(["allreduce", "--switch", "127.0.0.1:47000", "--jobs", path]) == 2
+    assert "power-of-two pool_size" in one_line(capsys.readouterr().err)
+
+
+def test_a_good_jobs_file_round_trips(tmp_path):
+    spec = local_job(num_workers=3, pool_size=32)
+    save_jobs(tmp_path / "j.json", [spec])
+    assert load_jobs(tmp_path / "j.json") == [spec]
+
+
+# -- ports in use ------------------------------------------------------------------------------
+
+
+def test_switch_on_a_udp_port_in_use_is_one_line():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        r = run_ina("switch", "--port", str(port), "--grpc", "")
+    assert r.returncode == 2
+    line = one_line(r.stderr)
+    assert line.startswith(f"ina switch: cannot serve INA on udp 127.0.0.1:{port}: ")
+    assert "in use" in line
+
+
+def test_switch_on_a_p4runtime_port_in_use_is_one_line():
+    """A second switch on a P4Runtime port that a first one serves must not come up."""
+    from ina.switch_model.p4runtime_server import start_server
+    from ina.switch_model.pipeline import Pipeline
+
+    first = start_server(Pipeline(lanes=4, pool_total=8), "127.0.0.1:0")
+    try:
+        r = run_ina("switch", "--port", "0", "--grpc", first.address)
+    finally:
+        first.stop(0)
+    assert r.returncode == 2
+    line = one_line(r.stderr)
+    assert (
+        line == f"ina switch: P4Runtime cannot listen on {first.address}: the port is in use "
+        "(another switch?)"
+    )
+
+
+# -- option values -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--pool", "100"], "--pool 100: the job's pool must be a power of two"),
+        (["--workers", "0"], "--workers 0: a job has 1..32 workers"),
+        (["--workers", "40"], "--workers 40: a job has 1..32 workers"),
+        (["--lanes", "100000"], "--lanes 100000: packets carry 1..4096 lanes"),
+        (["--size", "0"], "--size 0: the tensor needs at least one value"),
+        (["--switch", "127.0.0.1"], "give IP:PORT"),
+        (["--jobs", "x.json"], "--jobs and --worker-id go with --switch"),
+    ],
+)
+def test_allreduce_options_are_checked_before_anything_starts(args, message, capsys):
+    assert ina_main(["allreduce", *args]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("ina allreduce: ") and message in line
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lanes", "100000"], "--lanes 100000: the switch model runs 1..4096 lanes"),
+        (["--lanes", "0"], "--lanes 0: the switch model runs 1..4096 lanes"),
+        (["--pool", "0"], "--pool 0: the pool has 1..65536 slots"),
+        (["--grpc", "localhost"], "--grpc 'localhost': give HOST:PORT"),
+        (["--loss", "2"], "must be a probability"),
+    ],
+)
+def test_switch_options_are_checked(args, message, capsys):
+    assert ina_main(["switch", "--port", "0", *args]) == 2
+    assert message in one_line(capsys.readouterr().err)
+
+
+def test_train_lanes_beyond_the_protocol_is_one_line(capsys):
+    assert ina_main(["train", "--lanes", "100000"]) == 2
+    assert (
+        one_line(capsys.readouterr().err)
+        == "ina train: --lanes 100000: packets carry 1..4096 lanes"
+    )
+
+
+def test_a_switch_that_cannot_start_says_why():
+    """`LocalSwitch` (under `ina allreduce` and `ina train`) reports the switch's own
+    one-line reason, not an AttributeError from its clean-up."""
+    from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs
+
+    with pytest.raises(SwitchStartError) as e:
+        LocalSwitch(local_jobs(2, 16), lanes=100_000, grpc=False)
+    assert str(e.value) == (
+        "the switch model exited with status 2: "
+        "ina switch: --lanes 100000: the switch model runs 1..4096 lanes"
+    )
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("localhost", "'localhost': the port is missing; give HOST:PORT (e.g. localhost:9559)"),
+        ("localhost:http", "'http' is not a TCP port"),
+        ("::1", "give an IPv6 address with its port as [ADDR]:PORT"),
+    ],
+)
+def test_counters_target_without_a_port(target, message, capsys):
+    assert ina_main(["counters", "--target", target]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"ina counters: --target {target!r}: ") and message in line
