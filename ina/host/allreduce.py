@@ -249,6 +249,8 @@ class Worker:
         self.level = meta_out.level
         agreed = meta_out.values[2:]
         if n == 0:
+            self.last = AllreduceInfo(0, agreed, np.zeros(0))
+            self.last_int_sums = self.last_ints = np.zeros(0, np.int32)
             return np.zeros(0)
         ints = quantize.encode(flat, agreed, L, N)
         sums = (yield Round(ints, Op.SUM)).values

@@ -467,11 +467,15 @@ def main(args: argparse.Namespace) -> int:
             ina = ina_section(spec, (host, int(port)), args.lanes, args.timeout)
             rc = run_ranks(n, make_config(args, out, ina), out)
         else:
-            from ina.host.launch import LocalSwitch, local_jobs
+            from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs
 
             n = args.workers or 4
             jobs = local_jobs(n, args.pool)
-            switch = LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False)
+            try:
+                switch = LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False)
+            except SwitchStartError as e:
+                print(f"ina train: {e}", file=sys.stderr)
+                return 1
             print(f"switch model started: {switch.ready_line}", flush=True)
             ina = ina_section(jobs[0], switch.address, args.lanes, args.timeout)
             rc = run_ranks(n, make_config(args, out, ina), out)
