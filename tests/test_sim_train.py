@@ -1,0 +1,97 @@
+"""`ina train --sim`: real training in simulated time, deterministic from its seed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+FIXED = ["--compute", "fixed:2ms", "--codec", "none"]  # simulated times independent of host
+
+
+def train(tmp_path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, object]:
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", "--out", str(out)]
+    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300)
+    return r, out
+
+
+def drop_wall(x):
+    """``x`` without any key named ``wall_*``, at any depth."""
+    if isinstance(x, dict):
+        return {k: drop_wall(v) for k, v in x.items() if not k.startswith("wall_")}
+    if isinstance(x, list):
+        return [drop_wall(v) for v in x]
+    return x
+
+
+def without_wall(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return [
+            {k: v for k, v in row.items() if not k.startswith("wall_")} for row in csv.DictReader(f)
+        ]
+
+
+def test_same_seed_same_files_apart_from_wall_fields(tmp_path):
+    args = ["--workers", "4", "--epochs", "2", "--step-log", "--eval-every", "3", *FIXED]
+    args += ["--link-loss", "0.01", "--delay", "low", "--rto", "1ms", "--min-rto", "1ms"]
+    runs = [train(tmp_path, str(i), *args) for i in range(2)]
+    for r, _ in runs:
+        assert r.returncode == 0, r.stderr
+    (_, a), (_, b) = runs
+    for name in ("metrics.csv", "steps.csv"):
+        assert without_wall(a / name) == without_wall(b / name)
+        assert any(k.startswith("wall_") for k in csv.DictReader(open(a / name)).fieldnames)
+    ra, rb = (drop_wall(json.loads((d / "result.json").read_text())) for d in (a, b))
+    assert ra == rb
+    assert sum(ra["retransmissions_per_worker"]) > 0  # the loss was there, and recovered
+
+
+def test_training_reaches_a_target_and_time_follows_the_network(tmp_path):
+    args = ["--workers", "4", "--epochs", "20", "--eval-every", "2", "--stop-at-acc", "0.8"]
+    fast, fast_out = train(tmp_path, "fast", *args, *FIXED, "--link-rate", "100G")
+    slow, slow_out = train(tmp_path, "slow", *args, *FIXED, "--link-rate", "100M")
+    assert fast.returncode == 0 and slow.returncode == 0, fast.stderr + slow.stderr
+    f = json.loads((fast_out / "result.json").read_text())
+    s = json.loads((slow_out / "result.json").read_text())
+    # the same training (the same integers are summed), at another speed
+    assert f["steps"] == s["steps"] and f["final_digest"] == s["final_digest"]
+    assert f["time_to_target_s"] is not None and f["final_accuracy"] >= 0.8
+    # 100G: compute-bound (2 ms per step); 100M: every step puts each worker's 9,610
+    # gradient values (4 bytes each, and headers) through its 100 Mbit/s link
+    assert f["time_to_target_s"] == pytest.approx(f["steps"] * 2e-3, rel=0.05)
+    assert s["time_to_target_s"] > f["time_to_target_s"] + f["steps"] * 9_610 * 4 * 8 / 100e6
+
+
+def test_compressed_and_dc2_training_run_in_simulation(tmp_path):
+    r, out = train(
+        tmp_path, "dc2", "--workers", "4", "--max-steps", "12", "--compression", "dc2",
+        "--law", "target", "--law-param", "initial=0.1", "--step-log", *FIXED,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (out / "dc2_rank0.csv").exists()
+    steps = list(csv.DictReader(open(out / "steps.csv")))
+    assert len(steps) == 12 and {s["density"] for s in steps[1:]} != {"1.0"}
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--backend", "gloo"], "--sim simulates INA"),
+        (["--compute", "sometimes"], "--compute 'sometimes'"),
+        (["--compute", "flops:abacus"], "unknown device"),
+        (["--codec", "quickly"], "--codec 'quickly'"),
+        (["--link-rate", "fast"], "--link-rate 'fast' does not parse"),
+        (["--prop-delay=-1us"], "propagation delay"),
+        (["--capacity", "episodes:share=0"], "share must be in (0, 1]"),
+        (["--check-sync"], "one model for all workers"),
+    ],
+)
+def test_bad_sim_options_are_one_line_errors(tmp_path, args, message):
+    r, _ = train(tmp_path, "bad", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
