@@ -41,32 +41,40 @@ yet in), new ones in ascending order, with one exception: a worker may always se
 lowest chunk without a result. That keeps any window deadlock-free: the lowest chunk the
 switch still waits for is, for every worker, either that worker's lowest unfinished chunk
 or above chunks the switch has completed (whose results a retransmission fetches), so
-every worker eventually sends it. (Without the exception, two workers can each fill their
-windows with chunks the other has not sent, and wait forever; a TCP-style sliding window,
-``c < lowest unfinished + window``, avoids that too but blocks every slot behind one lost
-chunk, where SwitchML's slots proceed independently: 3x slower at 10 % loss.) The window
-adapts within the pool, so that a worker keeps the queues on its path short instead of
-filling them with a whole pool and waiting for timeouts (a retransmission storm: 8 workers
-each with a fixed window of a whole pool queued at the switch until the queueing delay
-outgrew the timeout). Delay-based, like TCP Vegas: the base round trip is the least ever
-seen; while the least sample of a batch exceeds it by more than ``queue_target`` base round
-trips (and a quarter of ``min_rto``), the window shrinks in proportion to the excess (at
-most once per round trip); otherwise it grows by about one chunk per window's worth of
-results. The least sample, because a queue delays every packet, while a lost contribution
-delays only its own chunk (for every worker: a chunk's round trip includes the slowest
-worker's recovery); and none while loss recovery is under way (a timeout within the last two
-timeouts): the delay target sits far below the timeout, so a growing queue is caught
-before it causes any. Timeouts leave the window alone: here they mostly mean random loss,
-not a full queue, and halving on each (as TCP does) collapsed the window to one chunk at
-5 % loss. ``window_control=False`` keeps it at the pool.
+every worker eventually sends it. Without the exception, two workers can each fill their
+windows with chunks the other has not sent, and wait forever; a TCP-style sliding window
+(``c < lowest unfinished + window``) avoids that too, but blocks every slot behind one lost
+chunk where SwitchML's slots proceed independently (3x slower at 10 % loss).
+
+The window adapts within the pool so that a worker keeps the queues on its path short,
+instead of filling them with a whole pool and waiting for timeouts (a retransmission storm:
+8 workers, each with a whole pool in flight, queued at the switch until the queueing delay
+outgrew the timeout). It is delay-based, like TCP Vegas:
+
+- the base round trip is the least ever seen; while the *least* sample of a batch exceeds
+  it by more than ``queue_target`` base round trips (and a quarter of ``min_rto``), the
+  window shrinks in proportion to the excess, at most once per round trip. The least,
+  because a queue delays every packet while a lost contribution delays only its own chunk
+  (for every worker: a chunk's round trip includes the slowest worker's recovery);
+- it does not shrink while loss recovery is under way (a timeout within the last two
+  timeouts): the delay target sits far below the timeout, so a growing queue is caught
+  before it causes one, and timeouts mostly mean random loss here. Timeouts leave the window
+  alone too: halving on each, as TCP does, collapsed it to one chunk at 5 % loss;
+- otherwise it grows by about one chunk per window's worth of results; it starts at a few
+  chunks and doubles per round trip until the first cut (TCP's slow start): a whole pool
+  sent at once on a slow link queued past the first timeout, before any round trip had been
+  measured, and the retransmissions fed the queue further.
+
+``window_control=False`` keeps the window at the pool.
 
 **Retransmission.** A chunk without its result after the retransmission timeout is sent
 again (flag RETX), at most a window's worth per timeout, lowest first (the rest wait a round
 trip: a burst of every expired chunk at once would overflow the same queue again and drop
 the same last chunks every time). The timeout doubles on expiry, once per timeout period,
-up to ``max_rto``, for new chunks too (RFC 6298 5.5), until a clean sample resets it. The switch answers a retransmission with the stored
-result (slot complete) or with PENDING and the bitmap of workers it has heard from, so a
-chunk that never completes fails after ``timeout`` with an error naming the missing workers.
+up to ``max_rto``, for new chunks too (RFC 6298 5.5), until a clean sample resets it. The
+switch answers a retransmission with the stored result (slot complete) or with PENDING and
+the bitmap of workers it has heard from, so a chunk that never completes fails after
+``timeout`` with an error naming the missing workers.
 The timeout follows RFC 6298's estimator, fed with Karn samples: only chunks never
 retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
 
@@ -95,6 +103,7 @@ from ina.protocol import (
 )
 
 _MASK32 = (1 << 32) - 1
+INITIAL_WINDOW = 8  # chunks: a whole pool at once can queue past the first timeout
 _REPLY = int(Flag.RESULT | Flag.PENDING)
 _JOIN = int(Op.JOIN)
 
@@ -233,7 +242,12 @@ class TransportCore:
         self.pb = packet_bytes(cfg.lanes)
         self.nonce = nonce
         self.rtt_listener = rtt_listener
-        self.window = float(cfg.pool_size)  # chunks in flight at most, 1..pool_size
+        # chunks in flight at most, 1..pool_size: from a few, doubling per round trip (slow
+        # start) until the first sign of a queue
+        self.window = float(
+            min(cfg.pool_size, INITIAL_WINDOW) if cfg.window_control else cfg.pool_size
+        )
+        self._slow_start = cfg.window_control
         # Internal state.
         self.epoch: int | None = None  # the run joined (None: not yet)
         self.next_seq = 0
@@ -577,8 +591,11 @@ class TransportCore:
         queue = max(self.cfg.queue_target * self._base_rtt, self.cfg.min_rto / 4)
         target = self._base_rtt + queue
         if least > target and now >= self._recovering_until:
+            self._slow_start = False
             self._cut(now, max(0.5, 1 - 0.5 * (least - target) / least))
-        else:
+        elif self._slow_start:  # one more chunk per result: doubles every round trip
+            self.window = min(self.window + rtt.size, float(self.cfg.pool_size))
+        else:  # one more chunk per window of results
             self.window = min(self.window + rtt.size / self.window, float(self.cfg.pool_size))
 
     def _cut(self, now: float, factor: float) -> None:
