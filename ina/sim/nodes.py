@@ -194,28 +194,29 @@ class SwitchNode:
         self.batches += 1
         if m == 0:
             return
-        tables = self.pipeline.tables
-        # egress: one copy per destination worker, each port's copies in time order
-        by_port: dict[tuple[int, int], list[int]] = {}
-        for i, (dest, job_id, group) in enumerate(
-            zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
-        ):
-            targets = (
-                [rid for _, rid in tables.mcast_groups.get(group, ())]
-                if dest == MULTICAST
-                else [dest]
-            )
-            for w in targets:
-                by_port.setdefault((job_id, w), []).append(i)
+        # egress: one copy per destination worker, each port's copies in time order (outputs
+        # are in input order, which is time order)
+        dest, job, group = out.dest[:m], out.job_id[:m], out.group[:m]
         when = done[out.src[:m]]
         pb = self.pipeline.payload_bytes
-        for key, rows in by_port.items():
+        lengths = np.full(m, pb, np.int64)
+        multicast = dest == MULTICAST
+        targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
+        for g, j in {(int(g), int(j)) for g, j in zip(group[multicast], job[multicast])}:
+            rows = multicast & (group == g) & (job == j)
+            for _, rid in self.pipeline.tables.mcast_groups.get(g, ()):
+                targets[(j, rid)] = targets.get((j, rid), False) | rows
+        unicast = ~multicast
+        for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast])}:
+            rows = unicast & (job == j) & (dest == w)
+            targets[(j, w)] = targets.get((j, w), False) | rows
+        for key, rows in targets.items():
             link = self.ports.get(key)
             if link is None:
-                self.unroutable += len(rows)
+                self.unroutable += int(rows.sum())
                 continue
-            r = np.asarray(rows)
-            link.send(when[r], out.data[r, :pb].copy(), np.full(r.size, pb, np.int64))
+            r = np.flatnonzero(rows)
+            link.send(when[r], out.data[r, :pb], lengths[r])
 
 
 class WorkerNode:
