@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="STEPS",
-        help="also measure test accuracy every STEPS steps (into steps.csv; the time it takes "
+        help="also measure the test metric every STEPS steps (into steps.csv; the time it takes "
         "is left out of steps.csv's time_s)",
     )
     g.add_argument(
