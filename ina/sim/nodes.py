@@ -202,12 +202,14 @@ class SwitchNode:
         lengths = np.full(m, pb, np.int64)
         multicast = dest == MULTICAST
         targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
-        for g, j in {(int(g), int(j)) for g, j in zip(group[multicast], job[multicast])}:
+        for g, j in {
+            (int(g), int(j)) for g, j in zip(group[multicast], job[multicast], strict=True)
+        }:
             rows = multicast & (group == g) & (job == j)
             for _, rid in self.pipeline.tables.mcast_groups.get(g, ()):
                 targets[(j, rid)] = targets.get((j, rid), False) | rows
         unicast = ~multicast
-        for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast])}:
+        for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast], strict=True)}:
             rows = unicast & (job == j) & (dest == w)
             targets[(j, w)] = targets.get((j, w), False) | rows
         for key, rows in targets.items():

@@ -37,27 +37,24 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.functional import cross_entropy
 
 from ina.sim.compute import CodecModel, ComputeModel, step_flops
 from ina.sim.network import NetworkSpec, SimTransport, build
 from ina.sim.nodes import Compute
 from ina.sim.options import describe
-from ina.train.data import load_dataset, shard
-from ina.train.models import build_model, num_parameters
-from ina.train.worker_main import evaluate, ina_worker, param_digest
+from ina.train import worker_main
+from ina.train.data import shard
+from ina.train.models import num_parameters
+from ina.train.worker_main import ina_worker, param_digest, with_metric
+from ina.train.workloads import build_rank, evaluate, loss_fn, resolve
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed: 1 MiB)
 BUCKET_BYTES = 25 * 1024 * 1024  # DDP's bucket_cap_mb default
 
-METRICS = (
-    "epoch", "step", "train_loss", "test_loss", "test_acc", "epoch_s", "step_ms", "comm_ms",
-    "bytes_sent", "sim_time_s", "wall_s",
-)  # fmt: skip
-STEP_LOG = (
-    "step", "time_s", "step_s", "comm_s", "loss", "density", "level", "bytes_sent", "test_acc",
-    "wall_s",
-)  # fmt: skip
+# `ina train`'s columns (epoch_s, step_ms, comm_ms, time_s, step_s, comm_s simulated here),
+# plus the simulated clock and the wall time
+METRICS = (*worker_main.METRICS, "sim_time_s", "wall_s")
+STEP_LOG = (*(c for c in worker_main.STEP_LOG if c != "monotonic"), "wall_s")
 
 
 class SimBucket:
@@ -98,7 +95,7 @@ def calibrate_step(model: torch.nn.Module, x, y, repeats: int = 7) -> float:
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        cross_entropy(model(x), y).backward()
+        loss_fn(model(x), y).backward()
         times.append(time.perf_counter() - t0)
     model.zero_grad(set_to_none=True)
     return float(np.median(times[1:]))
@@ -134,8 +131,11 @@ class SimTraining:
         torch.manual_seed(seed)
         np.random.seed(seed)
         n = spec.workers
-        self.data = load_dataset(config["dataset"], seed=seed, path=config.get("data_dir"))
-        self.model = build_model(config["model"], self.data.input_shape, self.data.num_classes)
+        self.workload = resolve(config["dataset"], config["model"])
+        self.metric = self.workload.metric
+        self.target = config.get("target")
+        parts = build_rank(self.workload, 0, n, config["batch_size"], seed, config.get("data_dir"))
+        self.data, self.model = parts.data, parts.model
         self.opt = torch.optim.SGD(
             self.model.parameters(),
             lr=config["lr"],
@@ -143,7 +143,9 @@ class SimTraining:
             weight_decay=config.get("weight_decay", 0.0),
         )
         self.buckets = buckets_of(self.model)
-        self.loaders = [shard(self.data, w, n, config["batch_size"], seed) for w in range(n)]
+        self.loaders = [(parts.loader, parts.sampler)] + [
+            shard(self.data, w, n, config["batch_size"], seed) for w in range(1, n)
+        ]
         self.net = build(spec, codec_time=codec.from_wall())
         net = self.net
         self.workers, self.states = [], []
@@ -156,7 +158,7 @@ class SimTraining:
         self.flops = 0.0
         x, y = next(iter(self.loaders[0][0]))
         if compute.needs_flops:
-            self.flops = step_flops(self.model, x, y, cross_entropy)
+            self.flops = step_flops(self.model, x, y, loss_fn)
         # measured compute: this host's time for one worker's step, calibrated once (the
         # median of several), so that no worker becomes a straggler by timing noise
         self.step_wall = calibrate_step(self.model, x, y) if compute.kind == "measured" else 0.0
@@ -193,7 +195,7 @@ class SimTraining:
                 t_step = net.now
                 wall0 = time.perf_counter()
                 self.model.zero_grad(set_to_none=True)
-                loss = cross_entropy(self.model(x), y)
+                loss = loss_fn(self.model(x), y)
                 loss.backward()
                 grads = [b.gather() for b in self.buckets]
                 self.losses.setdefault(step, []).append(float(loss.item()) * len(y))
@@ -244,10 +246,9 @@ class SimTraining:
         c = self.config
         every = c.get("eval_every") or 0
         if every and step % every == 0:
-            _, correct = evaluate(self.model, *self._test)
-            acc = correct / len(self.data.test_y)
-            self._pending_acc = acc
-            if c.get("stop_acc") and acc >= c["stop_acc"]:
+            value = self.metric.value(*evaluate(self.model, *self._test))
+            self._pending_acc = value
+            if self.target is not None and self.metric.reached(value, self.target):
                 self.stop_after = step
                 self.target_time = self.net.now
         if c.get("max_steps") and step >= c["max_steps"]:
@@ -262,17 +263,17 @@ class SimTraining:
         w = self.workers[0]
         acc, self._pending_acc = self._pending_acc, ""
         self.step_log.append(
-            (step, self.net.now, step_s, comm_s, self.losses.get(step - 1, [0.0])[0],
+            (step, self.net.now, step_s, comm_s,
+             self.losses.get(step - 1, [0.0])[0] / self.config["batch_size"],
              density, w.level, w.stats.bytes_sent, acc, time.perf_counter() - self.wall0)
         )  # fmt: skip
 
-    def _end_epoch(self, evaluated: tuple[int, float, float]) -> None:
-        step, test_loss, correct = evaluated
+    def _end_epoch(self, evaluated: tuple[int, float, float, float]) -> None:
+        step, test_loss, correct, count = evaluated
         epoch = -(-step // self.steps_per_epoch)
         first = (epoch - 1) * self.steps_per_epoch
         seen = sum(len(self.losses.get(s, [])) for s in range(first, step))
         total = sum(sum(self.losses.pop(s, [])) for s in range(first, step))
-        n = len(self.data.test_y)
         now, wall = self.net.now, time.perf_counter() - self.wall0
         steps = self._epoch_steps or [0.0]
         batch = self.config["batch_size"]
@@ -280,8 +281,8 @@ class SimTraining:
             "epoch": epoch,
             "step": step,
             "train_loss": total / max(seen * batch, 1),
-            "test_loss": test_loss / n,
-            "test_acc": correct / n,
+            "test_loss": test_loss / max(count, 1),
+            self.metric.column: self.metric.value(test_loss, correct, count),
             "epoch_s": now - self._epoch_start[0],
             "step_ms": 1e3 * float(np.mean(steps)),
             "comm_ms": 1e3 * self._epoch_comm / len(steps),
@@ -295,7 +296,8 @@ class SimTraining:
         if self.config.get("progress", True):
             print(
                 f"epoch {epoch:>3}/{self.config['epochs']}  train loss {row['train_loss']:.4f}  "
-                f"test loss {row['test_loss']:.4f}  accuracy {100 * row['test_acc']:6.2f} %  "
+                f"test loss {row['test_loss']:.4f}  {self.metric.name} "
+                f"{self.metric.format(row[self.metric.column])}  "
                 f"{row['step_ms']:8.3f} ms/step simulated ({row['comm_ms']:.3f} in INA)  "
                 f"t = {now:.4f} s simulated, {wall:.1f} s wall",
                 flush=True,
@@ -322,7 +324,9 @@ class SimTraining:
             "dataset": self.data.name,
             "workers": self.spec.workers,
             "epochs": self.epochs,
-            "final_accuracy": self.epochs[-1]["test_acc"] if self.epochs else None,
+            "metric": self.metric.column,
+            "final_metric": self.epochs[-1][self.metric.column] if self.epochs else None,
+            "target": self.target,
             "steps": int(steps[0]),
             "sim_seconds": net.now,
             "time_to_target_s": self.target_time,
@@ -342,13 +346,15 @@ class SimTraining:
 
     def write(self, result: dict) -> None:
         out = self.out
+        columns = with_metric(METRICS, self.metric.column)
         with open(out / "metrics.csv", "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(METRICS)
-            writer.writerows([row[k] for k in METRICS] for row in self.epochs)
+            writer.writerow(columns)
+            writer.writerows([row[k] for k in columns] for row in self.epochs)
         if self.config.get("step_log"):
             with open(out / "steps.csv", "w", newline="") as f:
-                csv.writer(f).writerows([STEP_LOG, *self.step_log])
+                header = with_metric(STEP_LOG, self.metric.column)
+                csv.writer(f).writerows([header, *self.step_log])
             controller = self.states[0].controller
             if controller is not None:
                 controller.write_csv(out / "dc2_rank0.csv")
@@ -359,7 +365,7 @@ def print_summary(r: dict) -> None:
     print("\nsummary (simulated)")
     print(f"  {'network':<28} {r['network']}")
     print(f"  {'compute, codec':<28} {r['compute']}, {r['codec']}")
-    print(f"  {'accuracy':<28} {100 * r['final_accuracy']:.2f} % on the test set")
+    print(f"  {'final ' + r['metric']:<28} {r['final_metric']:.4f} on the test set")
     print(
         f"  {'simulated time':<28} {r['sim_seconds']:.4f} s for {r['steps']} steps "
         f"({r['step_ms_mean']:.3f} ms per step)"

@@ -16,7 +16,10 @@ What one run does:
    switch's aggregation counters, and writes ``OUT/summary.json``.
 
 ``ina train`` with no options is the README's main command (``make train``): a small MLP on
-scikit-learn's digits, 4 workers, 20 epochs, about 20-40 s on two cores.
+scikit-learn's digits, 4 workers, 20 epochs, about 20-40 s on two cores. ``--dataset
+mnist1d`` (a 1-D CNN) and ``--dataset pytext`` (a character LSTM, scored in bits per
+character) are the harder workloads (`ina.train.workloads`); ``--target`` stops a run at a
+value of the workload's metric.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ina.train.data import DATASETS
 from ina.train.hook import COMPRESSIONS
 from ina.train.models import MODELS
+from ina.train.workloads import TASKS, Workload, resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,12 +45,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="data-parallel ranks (default 4; the job's worker count with --jobs)",
     )
-    g.add_argument("--model", default="mlp", choices=sorted(MODELS))
-    g.add_argument("--dataset", default="digits", choices=sorted(DATASETS))
+    g.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        help="default: the data set's own ("
+        + ", ".join(f"{t.dataset}: {t.default_model}" for t in TASKS.values())
+        + ")",
+    )
+    g.add_argument("--dataset", default="digits", choices=sorted(TASKS))
     g.add_argument("--data-dir", help="directory of the MNIST IDX / CIFAR-10 pickle files")
     g.add_argument("--epochs", type=int, default=20)
     g.add_argument("--batch-size", type=int, default=32, help="per worker")
-    g.add_argument("--lr", type=float, default=0.05)
+    g.add_argument(
+        "--lr",
+        type=float,
+        help="SGD learning rate (default: the workload's, "
+        + ", ".join(f"{t.dataset}: {t.default_lr:g}" for t in TASKS.values())
+        + ")",
+    )
     g.add_argument("--momentum", type=float, default=0.9)
     g.add_argument("--weight-decay", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
@@ -68,14 +83,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="STEPS",
-        help="also measure test accuracy every STEPS steps (into steps.csv; the time it takes "
+        help="also measure the test metric every STEPS steps (into steps.csv; the time it takes "
         "is left out of steps.csv's time_s)",
+    )
+    g.add_argument(
+        "--target",
+        nargs="?",
+        const="default",
+        metavar="VALUE",
+        help="with --eval-every: stop once an evaluation reaches this value of the workload's "
+        "metric (accuracy: at least, a fraction; bits per character: at most); without "
+        "VALUE, the workload's default target ("
+        + ", ".join(f"{t.dataset}: {t.default_target:g}" for t in TASKS.values())
+        + ")",
     )
     g.add_argument(
         "--stop-at-acc",
         type=float,
         metavar="FRACTION",
-        help="with --eval-every: stop once an evaluation reaches this test accuracy",
+        help="--target for an accuracy: stop once an evaluation reaches this test accuracy",
     )
     c = p.add_argument_group("communication")
     c.add_argument(
@@ -168,8 +194,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def validate(args: argparse.Namespace) -> None:
-    """Raise ValueError saying what is wrong with the options."""
+def workload_target(args: argparse.Namespace, workload: Workload) -> float | None:
+    """The value of the workload's metric to stop at (``--target``/``--stop-at-acc``), or
+    None; ValueError when it is not a valid value of that metric."""
+    if args.stop_at_acc is not None:
+        if args.target is not None:
+            raise ValueError("--target and --stop-at-acc say the same thing: give one")
+        if workload.metric.column != "test_acc":
+            raise ValueError(
+                f"--stop-at-acc: {workload.dataset} is scored in {workload.metric.name}, "
+                "not accuracy: use --target"
+            )
+        target = args.stop_at_acc
+    elif args.target is None:
+        return None
+    elif args.target == "default":
+        target = workload.default_target
+    else:
+        try:
+            target = float(args.target)
+        except ValueError:
+            raise ValueError(f"--target takes a number, got {args.target!r}") from None
+    workload.metric.check_target(target)  # "a target accuracy must be in (0, 1], got 2"
+    return target
+
+
+def validate(args: argparse.Namespace) -> Workload:
+    """Raise ValueError saying what is wrong with the options; the run's workload."""
     if args.workers is not None and not 1 <= args.workers <= 32:
         raise ValueError(f"--workers must be 1..32, got {args.workers}")
     for name in ("epochs", "batch_size", "threads", "lanes", "pool"):
@@ -181,7 +232,7 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError(f"--lanes {args.lanes}: packets carry 1..{MAX_LANES} lanes")
     if args.pool & (args.pool - 1):
         raise ValueError(f"--pool must be a power of two (slot = seq % pool), got {args.pool}")
-    if not args.lr > 0:
+    if args.lr is not None and not args.lr > 0:
         raise ValueError("--lr must be > 0")
     if args.compression == "homomorphic" and not 0 < args.density < 1:
         raise ValueError("--density must be in (0, 1) with --compression homomorphic")
@@ -198,8 +249,10 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--law-param needs --compression dc2")
     if args.eval_every < 0:
         raise ValueError("--eval-every must be >= 0")
-    if args.stop_at_acc is not None and not (args.eval_every and 0 < args.stop_at_acc <= 1):
-        raise ValueError("--stop-at-acc needs --eval-every and a fraction in (0, 1]")
+    workload = resolve(args.dataset, args.model)
+    if workload_target(args, workload) is not None and not args.eval_every:
+        option = "--target" if args.stop_at_acc is None else "--stop-at-acc"
+        raise ValueError(f"{option} needs --eval-every (the evaluations that check it)")
     link_rate_bps(args.link_rate)  # raises if it does not parse
     if args.sim:
         if args.backend != "ina":
@@ -222,10 +275,11 @@ def validate(args: argparse.Namespace) -> None:
         make_link(args.delay)  # checks the name and the parameters; builds nothing lasting
     except ValueError as e:
         raise ValueError(f"--delay: {e}") from None
-    if args.dataset == "digits" and args.data_dir:
-        raise ValueError("digits ships with scikit-learn: no --data-dir")
-    if args.dataset != "digits" and not args.data_dir:
+    if workload.task.needs_dir and not args.data_dir:
         raise ValueError(f"--dataset {args.dataset} needs --data-dir (nothing is downloaded)")
+    if not workload.task.needs_dir and args.data_dir:
+        raise ValueError(f"--dataset {args.dataset} is made on this machine: no --data-dir")
+    return workload
 
 
 def link_rate_bps(text: str | None) -> float | None:
@@ -291,14 +345,15 @@ def ina_section(spec, switch: tuple[str, int], lanes: int, timeout: float) -> di
 
 def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
     """Everything a rank needs, as JSON-able data (`ina.train.worker_main` reads it)."""
+    workload = resolve(args.dataset, args.model)
     return {
         "backend": args.backend,
-        "model": args.model,
+        "model": workload.model,
         "dataset": args.dataset,
         "data_dir": args.data_dir,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
-        "lr": args.lr,
+        "lr": workload.task.default_lr if args.lr is None else args.lr,
         "momentum": args.momentum,
         "weight_decay": args.weight_decay,
         "seed": args.seed,
@@ -319,7 +374,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "coding": args.coding,
         "step_log": args.step_log,
         "eval_every": args.eval_every,
-        "stop_acc": args.stop_at_acc,
+        "target": workload_target(args, workload),
         "check_sync": args.check_sync,
         "dump_step": args.dump_step,
         "progress": not args.no_progress,
@@ -374,8 +429,13 @@ def rank_errors(out: Path) -> list[str]:
 
 
 def print_summary(result: dict, counters: dict | None, wall_s: float) -> None:
+    metric = resolve(result["dataset"], result["model"]).metric
     print("\nsummary")
-    print(f"  {'accuracy':<28} {100 * result['final_accuracy']:.2f} % on the test set")
+    print(f"  {metric.name:<28} {metric.format(result['final_metric'])} on the test set")
+    if result.get("target") is not None:
+        step = result["target_step"]
+        where = f"at step {step}" if step else "not reached"
+        print(f"  {'target':<28} {metric.format(result['target'])}: {where}")
     print(
         f"  {'time':<28} {result['train_seconds']:.1f} s training, {wall_s:.1f} s in all "
         f"(with process start-up)"

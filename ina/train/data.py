@@ -1,8 +1,16 @@
 """Data sets for `ina train`: nothing is downloaded at run time.
 
 The default, ``digits``, is scikit-learn's `load_digits` (1,797 8x8 handwritten digits that
-ship inside the installed scikit-learn package), so a fresh machine trains offline. MNIST and
-CIFAR-10 are read from files the user already has, in their standard formats:
+ship inside the installed scikit-learn package), so a fresh machine trains offline. Two more
+are made on the machine itself (`ina.train.textdata` and `load_mnist1d` below):
+
+- ``mnist1d``: MNIST-1D (Greydanus 2020, PyPI ``mnist1d``), 1-D signals of 40 samples drawn
+  procedurally from ten templates by ``make_dataset``: harder than digits for a small model,
+  so that compression visibly costs steps;
+- ``pytext``: characters of the Python standard library's own sources, for a character-level
+  language model (`ina.train.textdata`).
+
+MNIST and CIFAR-10 are read from files the user already has, in their standard formats:
 
 - ``mnist``: a directory with ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
   ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``), the IDX
@@ -10,16 +18,20 @@ CIFAR-10 are read from files the user already has, in their standard formats:
 - ``cifar10``: a directory with ``data_batch_1`` .. ``data_batch_5`` and ``test_batch``
   (the "python version" pickles; ``cifar-10-batches-py/`` inside it is found too).
 
-Every data set comes out the same way: float32 images ``(n, C, H, W)`` standardized with the
-training set's per-channel mean and standard deviation, int64 labels, a fixed train/test
-split (digits: stratified, seeded). `shard` gives each data-parallel rank its part through
-`DistributedSampler`, so ranks see disjoint batches whose union is the epoch.
+Images and signals come out the same way: float32 ``(n, C, H, W)`` or ``(n, C, L)``
+standardized with the training set's per-channel mean and standard deviation, int64 labels,
+a fixed train/test split (digits: stratified, seeded). Text comes out as int64 windows of
+character ids ``(n, L)`` with the next character of every position as its label ``(n, L)``.
+`shard` gives each data-parallel rank its part through `DistributedSampler`, so ranks see
+disjoint batches whose union is the epoch.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import pickle
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,27 +47,28 @@ class Dataset:
     """A train/test pair of tensors and what a model needs to know about them."""
 
     name: str
-    train_x: torch.Tensor  # float32 (n, C, H, W), standardized
-    train_y: torch.Tensor  # int64 (n,)
+    train_x: torch.Tensor  # image: float32 (n, C, H, W); signal: (n, C, L); text: int64 (n, L)
+    train_y: torch.Tensor  # int64 (n,) classes; text: (n, L) next-character ids
     test_x: torch.Tensor
     test_y: torch.Tensor
-    num_classes: int
+    num_classes: int  # text: the vocabulary's size
+    kind: str = "image"  # "image", "signal" or "text": which models fit (`ina.train.models`)
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
 
 
 def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel standardization with the training set's statistics (no test leakage)."""
-    axes = (0, 2, 3)
+    axes = (0, *range(2, train.ndim))  # every axis but the channel's
     mean = train.mean(axis=axes, keepdims=True)
     std = train.std(axis=axes, keepdims=True)
     std = np.where(std > 0, std, 1.0)
     return ((train - mean) / std).astype(np.float32), ((test - mean) / std).astype(np.float32)
 
 
-def _make(name: str, xtr, ytr, xte, yte, num_classes: int) -> Dataset:
+def _make(name: str, xtr, ytr, xte, yte, num_classes: int, kind: str = "image") -> Dataset:
     xtr, xte = _standardize(np.asarray(xtr, np.float64), np.asarray(xte, np.float64))
     return Dataset(
         name,
@@ -64,6 +77,7 @@ def _make(name: str, xtr, ytr, xte, yte, num_classes: int) -> Dataset:
         torch.from_numpy(xte),
         torch.from_numpy(np.asarray(yte, np.int64)),
         num_classes,
+        kind,
     )
 
 
@@ -160,15 +174,60 @@ def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
     return _make("cifar10", xtr / 255.0, ytr, xte / 255.0, yte, 10)
 
 
+# MNIST-1D as `ina train` makes it: 12,000 samples (the package's default is 5,000), 80 % for
+# training, every other argument the package's default (`mnist1d.data.get_dataset_args`:
+# templates of 12 points padded by 36-60, scale 0.4, translation up to 48, correlated noise
+# 0.25, i.i.d. noise 0.02, shear 0.75, 40 output points); only the seed is the run's.
+# 9,600 training samples let the 1-D CNN pass 95 % test accuracy (the package's 4,000 leave
+# it near 94 %, as in the MNIST-1D paper); a rank makes them in about 2 s of CPU.
+MNIST1D_SAMPLES = 12_000
+
+
+@functools.lru_cache(maxsize=4)
+def _mnist1d_arrays(num_samples: int, seed: int) -> tuple[np.ndarray, ...]:
+    """``make_dataset`` with our arguments, once per process (a simulator builds every rank's
+    shard in one process). The package seeds numpy's and Python's global generators: their
+    states are restored, so that loading the data changes nothing else in the run."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples, args.seed = num_samples, seed
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    return d["x"], d["y"], d["x_test"], d["y_test"]
+
+
+def load_mnist1d(seed: int = 0, path: str | None = None) -> Dataset:
+    """MNIST-1D, made by the ``mnist1d`` package from ``seed``: signals ``(n, 1, 40)``."""
+    if path:
+        raise ValueError("mnist1d is generated by the mnist1d package: it takes no path")
+    xtr, ytr, xte, yte = _mnist1d_arrays(MNIST1D_SAMPLES, seed)
+    return _make("mnist1d", xtr[:, None], ytr, xte[:, None], yte, 10, kind="signal")
+
+
+def load_pytext(seed: int = 0, path: str | None = None) -> Dataset:
+    """Characters of the Python standard library's sources (`ina.train.textdata`)."""
+    from ina.train.textdata import load_pytext as load
+
+    return load(seed=seed, path=path)
+
+
 DATASETS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
     "mnist": load_mnist,
     "cifar10": load_cifar10,
+    "mnist1d": load_mnist1d,
+    "pytext": load_pytext,
 }
 
 
 def load_dataset(name: str, seed: int = 0, path: str | None = None) -> Dataset:
-    """A data set by registry name (``digits``, ``mnist``, ``cifar10``)."""
+    """A data set by registry name (``digits``, ``mnist``, ``cifar10``, ``mnist1d``,
+    ``pytext``)."""
     try:
         loader = DATASETS[name]
     except KeyError:

@@ -1,7 +1,9 @@
 """Models for `ina train`, by registry name.
 
-Every factory takes the data set's input shape ``(C, H, W)`` and number of classes, so one
-name works on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32):
+Every factory takes the data set's input shape (without the batch dimension) and number of
+classes. `INPUTS` says which kinds of data set (`ina.train.data.Dataset.kind`) a model takes:
+the image models work on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32), the MLPs
+on MNIST-1D's signals (1x40) too.
 
 - ``mlp``: one hidden layer of 128 (about 10k parameters on digits): the default, trains to
   > 95 % on digits in seconds, communication is latency-bound (a few packets per step);
@@ -10,23 +12,27 @@ name works on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32):
 - ``mid_mlp``: hidden layers 512, 512 (about 300k parameters on digits, 1.2 MB of gradients):
   a step is cheap on a quiet path and costly on a congested one, the regime DC2 is built for;
 - ``big_mlp``: hidden layers 2048, 1024, 1024 (about 3.3M parameters on digits, 13 MB of
-  float32 gradients per step): communication dominates, for the compression experiments.
+  float32 gradients per step): communication dominates, for the compression experiments;
+- ``cnn1d``: three 1-D convolutions and a linear layer for MNIST-1D (25,162 parameters);
+- ``char_lstm``: a character-level language model, embedding 32, one LSTM layer of 128, a
+  linear layer to the vocabulary (98,722 parameters on ``pytext``'s 98 characters).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+import torch
 from torch import nn
 
-Shape = tuple[int, int, int]
+Shape = tuple[int, ...]
 
 
 def _mlp(input_shape: Shape, num_classes: int, hidden: tuple[int, ...]) -> nn.Module:
     """Flatten, then Linear + ReLU per hidden width, then a Linear to the classes."""
-    c, h, w = input_shape
     layers: list[nn.Module] = [nn.Flatten()]
-    width = c * h * w
+    width = math.prod(input_shape)
     for out in hidden:
         layers += [nn.Linear(width, out), nn.ReLU()]
         width = out
@@ -60,11 +66,65 @@ def big_mlp(input_shape: Shape, num_classes: int) -> nn.Module:
     return _mlp(input_shape, num_classes, (2048, 1024, 1024))
 
 
+def cnn1d(input_shape: Shape, num_classes: int) -> nn.Module:
+    """For 1-D signals ``(C, L)``: two convolution + max-pool stages halve the length twice,
+    a third convolution, then one linear layer over all positions. Keeping the positions
+    (no global pooling) lets it use where a template's features sit relative to each other;
+    MNIST-1D translates whole templates, which the pooled stages absorb."""
+    c, length = input_shape
+    return nn.Sequential(
+        nn.Conv1d(c, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool1d(2),
+        nn.Conv1d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool1d(2),
+        nn.Conv1d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * (length // 4), num_classes),
+    )
+
+
+class CharLSTM(nn.Module):
+    """Character-level language model: ids ``(B, L)`` -> next-character logits ``(B, L, V)``.
+
+    Each window starts from a zero state (no state carried between batches), so that the
+    windows of a shuffled epoch are independent samples, as `DistributedSampler` assumes."""
+
+    def __init__(self, vocab: int, embed: int = 32, hidden: int = 128, layers: int = 1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(x))
+        return self.head(out)
+
+
+def char_lstm(input_shape: Shape, num_classes: int) -> nn.Module:
+    """``num_classes`` is the vocabulary's size (inputs and outputs are characters)."""
+    return CharLSTM(num_classes)
+
+
 MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
     "mlp": mlp,
     "cnn": cnn,
     "mid_mlp": mid_mlp,
     "big_mlp": big_mlp,
+    "cnn1d": cnn1d,
+    "char_lstm": char_lstm,
+}
+
+# The kinds of data set each model takes (`ina.train.data.Dataset.kind`).
+INPUTS: dict[str, tuple[str, ...]] = {
+    "mlp": ("image", "signal"),
+    "cnn": ("image",),
+    "mid_mlp": ("image", "signal"),
+    "big_mlp": ("image", "signal"),
+    "cnn1d": ("signal",),
+    "char_lstm": ("text",),
 }
 
 

@@ -29,12 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.functional import cross_entropy
 from torch.nn.parallel import DistributedDataParallel
 
-from ina.train.data import load_dataset, shard, test_shard
 from ina.train.hook import ina_allreduce_hook
-from ina.train.models import build_model, num_parameters
+from ina.train.models import num_parameters
+from ina.train.workloads import build_rank, evaluate, loss_fn, resolve
 
 
 def param_digest(model: torch.nn.Module) -> str:
@@ -153,24 +152,13 @@ def _all_sum(values: list[float]) -> list[float]:
     return t.tolist()
 
 
-def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """(sum of losses, number correct) on this rank's test shard."""
-    model.eval()
-    with torch.no_grad():
-        logits = model(x) if len(x) else torch.zeros(0, 1)
-        loss = cross_entropy(logits, y, reduction="sum").item() if len(x) else 0.0
-        correct = (logits.argmax(1) == y).sum().item() if len(x) else 0
-    model.train()
-    return loss, float(correct)
-
-
 def snapshot(model: torch.nn.Module, batch) -> tuple[list, tuple]:
     """Parameters and this rank's own (not yet averaged) gradient, before a step.
 
     ``autograd.grad`` leaves ``.grad`` and DDP's hooks alone: nothing is communicated."""
     params = list(model.parameters())
     x, y = batch
-    local = torch.autograd.grad(cross_entropy(model(x), y), params)
+    local = torch.autograd.grad(loss_fn(model(x), y), params)
     return [p.detach().clone() for p in params], local
 
 
@@ -202,17 +190,25 @@ def dump_step(path: Path, model, pre: tuple[list, tuple], lr: float, state) -> N
     )
 
 
+# metrics.csv (rank 0, a row per epoch). METRIC stands for the workload's metric column
+# (`Metric.column`: test_acc for accuracy, test_bpc for bits per character).
+METRIC = "test_acc"
 METRICS = (
-    "epoch", "step", "train_loss", "test_loss", "test_acc", "epoch_s", "step_ms", "comm_ms",
+    "epoch", "step", "train_loss", "test_loss", METRIC, "epoch_s", "step_ms", "comm_ms",
     "bytes_sent",
 )  # fmt: skip
 # steps.csv (rank 0, with step_log): time_s since the start of training without the time of
 # the eval_every evaluations; density used by the step's first bucket; level agreed by its
-# end; bytes_sent cumulative; test_acc every eval_every steps (empty otherwise)
+# end; bytes_sent cumulative; the metric every eval_every steps (empty otherwise)
 STEP_LOG = (
     "step", "time_s", "monotonic", "step_s", "comm_s", "loss", "density", "level", "bytes_sent",
-    "test_acc",
+    METRIC,
 )  # fmt: skip
+
+
+def with_metric(columns: tuple[str, ...], column: str) -> list[str]:
+    """A CSV header with the workload's metric column in place of `METRIC`."""
+    return [column if c == METRIC else c for c in columns]
 
 
 class Run:
@@ -235,12 +231,17 @@ class Run:
             timeout=datetime.timedelta(seconds=config.get("gloo_timeout", 120)),
         )
         seed = config["seed"]
-        torch.manual_seed(seed)
         np.random.seed(seed)
-        self.data = load_dataset(config["dataset"], seed=seed, path=config.get("data_dir"))
-        self.loader, self.sampler = shard(self.data, rank, world, config["batch_size"], seed)
-        self.test_x, self.test_y = test_shard(self.data, rank, world)
-        self.model = build_model(config["model"], self.data.input_shape, self.data.num_classes)
+        self.workload = resolve(config["dataset"], config.get("model"))
+        self.metric = self.workload.metric
+        # stop at this value of the metric (eval_every evaluations); "stop_acc": older configs
+        self.target = config.get("target", config.get("stop_acc"))
+        parts = build_rank(
+            self.workload, rank, world, config["batch_size"], seed, config.get("data_dir")
+        )
+        self.data, self.model = parts.data, parts.model
+        self.loader, self.sampler = parts.loader, parts.sampler
+        self.test_x, self.test_y = parts.test_x, parts.test_y
         self.ddp = DistributedDataParallel(self.model)  # broadcasts rank 0's parameters
         if config["backend"] == "ina":
             self.worker, self.state = make_ina_worker(config, rank, world)
@@ -262,10 +263,11 @@ class Run:
         self.step_log: list[tuple] | None = [] if self.lead and config.get("step_log") else None
         if self.lead:
             self._csv = open(self.out / "metrics.csv", "w", newline="")
-            csv.writer(self._csv).writerow(METRICS)
+            csv.writer(self._csv).writerow(with_metric(METRICS, self.metric.column))
             self._announce()
         self.eval_seconds = 0.0  # in eval_every evaluations, left out of steps.csv's time_s
-        self.reached = False  # an eval_every evaluation reached stop_acc: stop
+        self.reached = False  # an eval_every evaluation reached the target: stop
+        self.target_step: int | None = None  # the step of that evaluation
         self.t0 = time.perf_counter()
 
     def _announce(self) -> None:
@@ -276,7 +278,8 @@ class Run:
             where = f"switch {host}:{port}, compression {c['compression']}"
         d = self.data
         print(
-            f"training {c['model']} ({num_parameters(self.model):,} parameters) on {d.name} "
+            f"training {self.workload.model} ({num_parameters(self.model):,} parameters) on "
+            f"{d.name} "
             f"({len(d.train_y)} train / {len(d.test_y)} test), {self.world} workers x batch "
             f"{c['batch_size']}, {len(self.loader)} steps/epoch, gradients via {where}",
             flush=True,
@@ -290,28 +293,30 @@ class Run:
         comm0 = self.state.seconds if self.state else 0.0
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        loss = cross_entropy(self.ddp(x), y)
+        loss = loss_fn(self.ddp(x), y)
         loss.backward()  # DDP allreduces the buckets here (the hook, or gloo)
         self.opt.step()
         t1 = time.perf_counter()
         self.step_times.append(t1 - t0)
         self.step += 1
         t_train = t1 - self.t0 - self.eval_seconds  # wall time without eval_every's evaluations
-        acc = ""
+        value = ""
         every = c.get("eval_every") or 0
         if every and self.step % every == 0:  # every rank takes part: counts summed over gloo
-            tx, ty = self.test_x, self.test_y
-            _, correct, n = _all_sum([*evaluate(self.model, tx, ty), len(ty)])
-            acc = correct / max(n, 1)
+            value = self.metric.value(
+                *_all_sum(list(evaluate(self.model, self.test_x, self.test_y)))
+            )
             self.eval_seconds += time.perf_counter() - t1
             # the same summed counts on every rank: all ranks stop after the same step
-            self.reached = bool(c.get("stop_acc")) and acc >= c["stop_acc"]
+            if self.target is not None and self.metric.reached(value, self.target):
+                self.reached = True
+                self.target_step = self.step
         if self.step_log is not None:
             w = self.worker
             self.step_log.append(
                 (self.step, t_train, time.monotonic(), t1 - t0,
                  (self.state.seconds - comm0) if self.state else 0.0, loss.item(), density,
-                 w.level if w else 0, w.stats.bytes_sent if w else 0, acc)
+                 w.level if w else 0, w.stats.bytes_sent if w else 0, value)
             )  # fmt: skip
         if c.get("check_sync"):
             self._check_sync()
@@ -349,7 +354,7 @@ class Run:
                 break
         epoch_s = time.perf_counter() - t_epoch
         tr_loss, tr_n, te_loss, te_correct, te_n = _all_sum(
-            [loss_sum, seen, *evaluate(self.model, self.test_x, self.test_y), len(self.test_y)]
+            [loss_sum, seen, *evaluate(self.model, self.test_x, self.test_y)]
         )
         nsteps = max(len(self.step_times) - steps0, 1)
         comm = (self.state.seconds - comm0) if self.state else 0.0
@@ -358,7 +363,7 @@ class Run:
             "step": self.step,
             "train_loss": tr_loss / max(tr_n, 1),
             "test_loss": te_loss / max(te_n, 1),
-            "test_acc": te_correct / max(te_n, 1),
+            self.metric.column: self.metric.value(te_loss, te_correct, te_n),
             "epoch_s": epoch_s,
             "step_ms": 1e3 * sum(self.step_times[steps0:]) / nsteps,
             "comm_ms": 1e3 * comm / nsteps,
@@ -366,11 +371,13 @@ class Run:
         }
         self.epochs.append(row)
         if self.lead:
-            csv.writer(self._csv).writerow(row[k] for k in METRICS)
+            columns = with_metric(METRICS, self.metric.column)
+            csv.writer(self._csv).writerow(row[k] for k in columns)
             self._csv.flush()
             print(
                 f"epoch {epoch + 1:>3}/{c['epochs']}  train loss {row['train_loss']:.4f}  "
-                f"test loss {row['test_loss']:.4f}  accuracy {100 * row['test_acc']:6.2f} %  "
+                f"test loss {row['test_loss']:.4f}  {self.metric.name} "
+                f"{self.metric.format(row[self.metric.column])}  "
                 f"{row['step_ms']:6.2f} ms/step"
                 + (f" ({row['comm_ms']:.2f} in INA allreduce)" if self.worker else ""),
                 flush=True,
@@ -404,23 +411,34 @@ class Run:
         (self.out / f"rank{self.rank}.json").write_text(json.dumps(mine))
         if self.step_log is not None:
             with open(self.out / "steps.csv", "w", newline="") as f:
-                csv.writer(f).writerows([STEP_LOG, *self.step_log])
+                header = with_metric(STEP_LOG, self.metric.column)
+                csv.writer(f).writerows([header, *self.step_log])
             if self.state is not None and self.state.controller is not None:
                 self.state.controller.write_csv(self.out / "dc2_rank0.csv")
         everyone: list = [None] * self.world
         dist.all_gather_object(everyone, mine)
         result = None
         if self.lead:
-            c = self.config
+            c, m = self.config, self.metric
+            final = self.epochs[-1][m.column] if self.epochs else None
             result = {
                 "backend": c["backend"],
                 "compression": c["compression"] if self.worker else None,
-                "model": c["model"],
+                "density": c["density"] if c["compression"] == "homomorphic" else None,
+                "model": self.workload.model,
                 "parameters": num_parameters(self.model),
                 "dataset": self.data.name,
                 "workers": self.world,
                 "epochs": self.epochs,
-                "final_accuracy": self.epochs[-1]["test_acc"] if self.epochs else None,
+                "metric": {
+                    "name": m.name,
+                    "column": m.column,
+                    "higher_is_better": m.higher_is_better,
+                },
+                "final_metric": final,
+                "final_accuracy": final if m.column == "test_acc" else None,
+                "target": self.target,
+                "target_step": self.target_step,  # first eval_every step at the target
                 "train_seconds": train_seconds,
                 "steps": self.step,
                 "step_ms_mean": mine["step_ms_mean"],
