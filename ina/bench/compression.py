@@ -169,9 +169,9 @@ def failure_table(args, rng) -> list[str]:
                 for t in range(args.trials):
                     pos = np.sort(rng.choice(20 * nnz, nnz, replace=False))
                     spec = sketch.SketchSpec.for_nnz(nnz, load, seed=t, slack=slack)
-                    cells = sketch.hash_cells(pos, spec)
+                    table = sketch.Table(pos, spec)
                     vals = np.ones(nnz, np.int32)  # peeling success depends on the support only
-                    r = sketch.peel(sketch.encode(vals, cells, spec), cells)
+                    r = table.peel(table.encode(vals))
                     stalled += not r.complete
                     left += r.undecoded.size
                 cells_txt.append(f"{stalled / args.trials:.0%} / {left / args.trials / nnz:.1%}")
