@@ -64,6 +64,19 @@ def test_positions_ignore_padding_bits(arraylib):
     assert host(bitmap.unpack(words, 40)).sum() == 40
 
 
+def test_views_at_odd_offsets(arraylib):
+    """A mask or words viewed out of a larger buffer (not aligned to 8 bytes) pack the same."""
+    rng = np.random.default_rng(1)
+    big = arraylib.to(rng.random(200) < 0.3)
+    words = bitmap.pack(big[3:131])
+    expected = np.packbits(host(big)[3:131], bitorder="little").view("<i4")
+    np.testing.assert_array_equal(host(words), expected)
+    buffer = arraylib.to(np.concatenate([[7], expected]).astype(np.int32))
+    np.testing.assert_array_equal(
+        host(bitmap.positions(buffer[1:], 128)), np.flatnonzero(host(big)[3:131])
+    )
+
+
 def test_large_bitmap_matches_numpy(arraylib):
     rng = np.random.default_rng(0)
     mask = rng.random(1 << 20) < 0.05

@@ -38,6 +38,9 @@ class NumpyOps:
 
     name = "numpy"
     device = "cpu"
+    # elements per piece for long chains of elementwise work: pieces that stay in a CPU's
+    # cache (L2, ~0.5-1 MiB) instead of streaming every intermediate through memory
+    chunk = 1 << 15
     int32 = np.dtype(np.int32)
     int64 = np.dtype(np.int64)
     uint8 = np.dtype(np.uint8)
@@ -183,6 +186,8 @@ class TorchOps:
 
         self.torch = torch
         self.device = torch.device(device)
+        # a GPU takes elementwise chains whole (one launch per op); a CPU in cache-sized pieces
+        self.chunk = NumpyOps.chunk if self.device.type == "cpu" else None
         self.int32 = torch.int32
         self.int64 = torch.int64
         self.uint8 = torch.uint8
@@ -201,9 +206,11 @@ class TorchOps:
         if isinstance(a, t.Tensor):
             return a.to(device=self.device, dtype=self._dtype(dtype))
         if isinstance(a, np.ndarray):
+            a = np.ascontiguousarray(a, dtype=dtype)
+            if not a.flags.writeable:  # torch tensors are always writable: copy, don't alias
+                a = a.copy()
             # from_numpy shares memory; .to() copies to the device (a no-op on the CPU)
-            out = t.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(self.device)
-            return out
+            return t.from_numpy(a).to(self.device)
         return t.as_tensor(a, dtype=self._dtype(dtype), device=self.device)
 
     def to_host(self, a) -> np.ndarray:
@@ -227,9 +234,13 @@ class TorchOps:
         return a.to(self._dtype(dtype))
 
     def view(self, a, dtype):
+        dtype = self._dtype(dtype)
         if not a.numel():  # an empty tensor may have stride 0, which view() refuses
-            return self.torch.empty(0, dtype=self._dtype(dtype), device=self.device)
-        return a.contiguous().view(self._dtype(dtype))
+            return self.torch.empty(0, dtype=dtype, device=self.device)
+        a = a.contiguous()
+        if a.storage_offset() * a.element_size() % dtype.itemsize:  # a view into a buffer
+            a = a.clone()  # that wider elements would straddle: realign
+        return a.view(dtype)
 
     def copy(self, a):
         return a.clone(memory_format=self.torch.contiguous_format)
