@@ -60,6 +60,10 @@ class NumpyOps:
     def zeros(self, shape, dtype) -> np.ndarray:
         return np.zeros(shape, dtype)
 
+    def empty(self, shape, dtype) -> np.ndarray:
+        """Uninitialized: for scratch that is always written before it is read."""
+        return np.empty(shape, dtype)
+
     def full(self, shape, value, dtype) -> np.ndarray:
         return np.full(shape, value, dtype)
 
@@ -218,6 +222,9 @@ class TorchOps:
 
     def zeros(self, shape, dtype):
         return self.torch.zeros(shape, dtype=self._dtype(dtype), device=self.device)
+
+    def empty(self, shape, dtype):
+        return self.torch.empty(shape, dtype=self._dtype(dtype), device=self.device)
 
     def full(self, shape, value, dtype):
         shape = (shape,) if isinstance(shape, int) else shape

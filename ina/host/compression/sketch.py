@@ -299,9 +299,7 @@ class Table:
             raise ValueError("the support does not fit the decoding words (Table.fits)")
         state = (xp.astype(sketch, xp.int64) << 32) | self._structure
         found = xp.zeros(self.nnz, xp.int64)  # decoded positions' words; 0: not decoded
-        stamp = xp.full(self.nnz, -1, xp.int64)  # scratch for de-duplication
-        # pure cells per pass: at most num_hashes per position (all of its cells)
-        order = xp.arange(self.spec.num_hashes * self.nnz, xp.int64)
+        stamp = xp.empty(self.nnz, xp.int64)  # scratch for de-duplication (written, then read)
         frontier = xp.nonzero((state & _COUNT_MASK) == 1)
         passes = 0
         while xp.size(frontier):
@@ -312,7 +310,7 @@ class Table:
             pos = (word >> COUNT_BITS) & _ID_MASK
             # one position may be pure in several cells, and a cell may repeat in the
             # frontier: keep one word per position (whichever write to ``stamp`` won)
-            mine = order[: xp.size(pos)]
+            mine = xp.arange(xp.size(pos), xp.int64)
             xp.scatter(stamp, pos, mine)
             keep = xp.gather(stamp, pos) == mine
             if not xp.all(keep):
