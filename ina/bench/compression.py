@@ -13,8 +13,8 @@ Three markdown tables:
    taken out by replaying recorded round results to the timed worker. ``support`` is the same
    traffic with the ``"support"`` coding (plain lanes on the union). ``device`` is where the
    codec ran (``--devices``): ``cpu`` is what the library uses for host data and CPU tensors
-   (numpy), ``cpu-torch`` the same code on torch CPU tensors (for comparison), ``cuda`` torch
-   on the GPU (timed to the end of its work).
+   (numpy), ``cpu-torch`` the same code on torch CPU tensors (for comparison; threads as
+   ``--torch-threads``), ``cuda`` torch on the GPU (timed to the end of its work).
 2. **Independent top-k:** each worker keeps its own top-k of a different gradient, so the union
    grows with the number of workers.
 3. **Peeling failure rate vs cells per non-zero**, without and with the sqrt(nnz) slack:
@@ -251,6 +251,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tables", type=_tables, default=list(TABLES), help=f"comma list of {', '.join(TABLES)}"
     )
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for cpu-torch (default: torch's own choice)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
 
@@ -259,6 +265,11 @@ def _settle(args: argparse.Namespace) -> argparse.Namespace:
     """Defaults that depend on the machine or on ``--quick``."""
     if args.devices is None:
         args.devices = _default_devices()
+    if args.torch_threads is not None:
+        import torch
+
+        # intra-op threads: on a shared 2-core machine a second thread mostly waits for a core
+        torch.set_num_threads(args.torch_threads)
     if "cuda" in args.devices:
         import torch
 
