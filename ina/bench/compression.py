@@ -9,7 +9,9 @@ Three markdown tables:
    headers not counted) against a dense int32 allreduce (4 bytes per element). Throughput is
    one worker's encode + decode (mask, bitmap, hashing, sketch, peeling, scatter: all of
    ``allreduce_int`` except the switch) in MB/s of *dense float32 input*, 4 bytes per element,
-   the best of ``--repeats`` runs (a shared machine only ever adds time). The switch's work is
+   per core: the process's CPU time, so that other work on a shared machine does not count
+   (on ``cuda``, wall-clock time to the end of the GPU's work), the best of ``--repeats`` runs
+   (sharing a machine only ever adds time: caches, memory bandwidth). The switch's work is
    taken out by replaying recorded round results to the timed worker. ``support`` is the same
    traffic with the ``"support"`` coding (plain lanes on the union). ``device`` is where the
    codec ran (``--devices``): ``cpu`` is what the library uses for host data and CPU tensors
@@ -104,15 +106,16 @@ def _measure(
         raise AssertionError("decoded sum differs from the dense int32 sum")
 
     mine = to(buckets[0])
+    clock = time.perf_counter if device == "cuda" else time.process_time
     times = []
     for _ in range(repeats):
         replay = iter(recorded)
         hc = HomomorphicAllreduce(config)
         sync()
-        start = time.perf_counter()
+        start = clock()
         hc.allreduce_int(mine, lambda *args, _it=replay: next(_it))
         sync()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     r = results[0]
     n = r.support.n
     return {
