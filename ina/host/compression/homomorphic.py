@@ -276,6 +276,13 @@ class HomomorphicAllreduce:
         ``values`` is this worker's dense int32 bucket; it must be zero off ``support``.
         ``salt`` varies the hash seeds (all workers must pass the same one).
         """
+        return (yield from self._reduce_values_steps(values, support, salt, None))
+
+    def _reduce_values_steps(
+        self, values: Array, support: Support, salt: int, nonzeros: int | None
+    ) -> Steps[AllreduceResult]:
+        """`reduce_values_steps`; ``nonzeros``: the count of non-zero ``values`` if known
+        (saves a pass over the dense bucket)."""
         values = as_array(values)
         xp = ops(values)
         if values.dtype != xp.int32 or tuple(values.shape) != (support.n,):
@@ -285,7 +292,9 @@ class HomomorphicAllreduce:
             )
         positions = xp.asarray(support.positions)  # a no-op unless the caller mixed devices
         vals = xp.gather(values, positions)
-        if xp.count_nonzero(vals) != xp.count_nonzero(values):
+        if nonzeros is None:
+            nonzeros = xp.count_nonzero(values)
+        if xp.count_nonzero(vals) != nonzeros:
             raise ValueError("values has non-zeros outside the agreed support (round-1 mask)")
         out = xp.zeros(support.n, xp.int32)
         if support.nnz:
@@ -321,8 +330,10 @@ class HomomorphicAllreduce:
         values = as_array(values)
         if values.dtype != ops(values).int32 or values.ndim != 1:
             raise ValueError(f"values must be 1-D int32, got {values.dtype} {tuple(values.shape)}")
-        support = yield from self.agree_support_steps(values != 0, exp, level)
-        return (yield from self.reduce_values_steps(values, support, salt))
+        mask = values != 0
+        support = yield from self.agree_support_steps(mask, exp, level)
+        nonzeros = ops(mask).count_nonzero(mask)  # a quarter of the bytes of the values
+        return (yield from self._reduce_values_steps(values, support, salt, nonzeros))
 
     def allreduce_int(
         self,
