@@ -213,7 +213,7 @@ def _code_sketch(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
     xp = ops(vals)
     table = sketch.Table(support.positions, spec)
     lanes = table.encode(vals)
-    if not table.fits:  # decoding words would overflow (astronomically rare): plain lanes
+    if not table.fits:  # a cell of 32 positions, or over ~4M of them: plain lanes
         return (yield from _code_support(cfg, vals, support, salt))
     summed = yield Round(xp.to_host(lanes), Op.SUM, support.exp, support.level)
     peeled = table.peel(xp.asarray(summed.values))
