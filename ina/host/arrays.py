@@ -158,10 +158,6 @@ class NumpyOps:
         """``e`` of ``a = m * 2**e`` with ``0.5 <= |m| < 1`` (0 for 0), as int64."""
         return np.frexp(a)[1].astype(np.int64)
 
-    def ldexp(self, a, e) -> np.ndarray:
-        """``a * 2**e`` (float64, exact unless it leaves the float64 range)."""
-        return np.ldexp(a, e)
-
     def rint(self, a) -> np.ndarray:
         """Round to the nearest integer, halves to even."""
         return np.rint(a)
@@ -198,7 +194,6 @@ class TorchOps:
         self.uint8 = torch.uint8
         self.bool_ = torch.bool
         self.float64 = torch.float64
-        self._two = torch.tensor(2.0, dtype=torch.float64, device=self.device)
 
     def _dtype(self, dtype):
         """A torch dtype for a numpy-style ``dtype`` too (``np.int32``, ``"int64"``)."""
@@ -318,11 +313,6 @@ class TorchOps:
 
     def frexp_exponent(self, a):
         return self.torch.frexp(a).exponent.to(self.torch.int64)
-
-    def ldexp(self, a, e):
-        # torch.ldexp computes 2**e in the default float dtype (float32): 2**e overflows
-        # there for e > 127, so take the power of two in float64, where it is exact
-        return a * self.torch.pow(self._two, e)
 
     def rint(self, a):
         return self.torch.round(a)  # halves to even, like numpy's rint
