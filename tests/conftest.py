@@ -117,3 +117,35 @@ def harness_factory():
     yield make
     for cm in reversed(stack):
         cm.__exit__(None, None, None)
+
+
+class ArrayLib:
+    """The array library a codec test runs on: ``to(numpy_array)`` converts test data."""
+
+    def __init__(self, name: str, device: str | None) -> None:
+        self.name = name
+        self.device = device
+
+    def to(self, a):
+        if self.device is None:
+            return a
+        import numpy as np
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@pytest.fixture(scope="session", params=["numpy", "torch-cpu", "torch-cuda"])
+def arraylib(request) -> ArrayLib:
+    """The codec's array libraries: numpy, torch on the CPU, torch on CUDA (skipped with a
+    reason where no GPU is present). Results must be bit-identical on all of them."""
+    if request.param == "numpy":
+        return ArrayLib("numpy", None)
+    import torch
+
+    if request.param == "torch-cuda" and not torch.cuda.is_available():
+        pytest.skip("torch-cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    return ArrayLib(request.param, "cuda" if request.param == "torch-cuda" else "cpu")

@@ -6,6 +6,8 @@
 - ``sketch``: count sketch with partitioned hashing, cell counts and the exact peeling decoder.
 - ``homomorphic``: the two-round protocol (OR the bitmaps, SUM the sketches, peel, repair)
   driven by a ``reduce`` callable, after Li et al., ICML'24 (arXiv 2402.07529).
+- ``sparse_allreduce``: all of it for one float bucket (residual, sparsify, quantize, both
+  rounds, decode) on the bucket's device: numpy, torch CPU or CUDA tensors.
 
 See docs/compression.md.
 """
@@ -22,7 +24,8 @@ from ina.host.compression.homomorphic import (
     combine,
     repair,
 )
-from ina.host.compression.sketch import PeelResult, SketchSpec
+from ina.host.compression.sketch import PeelResult, SketchSpec, Table
+from ina.host.compression.sparse_allreduce import SparseAllreduce, SparseAllreduceResult
 from ina.host.compression.sparsify import (
     SPARSIFIERS,
     Memory,
@@ -51,10 +54,13 @@ __all__ = [
     "Reduce",
     "SketchSpec",
     "Sparse",
+    "SparseAllreduce",
+    "SparseAllreduceResult",
     "SparseContext",
     "Sparsifier",
     "SparsifyCompressor",
     "Support",
+    "Table",
     "TopK",
     "combine",
     "make_sparsifier",

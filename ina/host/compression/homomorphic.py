@@ -44,6 +44,10 @@ Example::
     q = quantize(grad, support.exp)                              # int32, zero off the support
     out = hc.reduce_values(q, support, reduce)                   # round 2 (+ repair)
     total = dequantize(out.values, support.exp)
+
+Arrays: the values may be numpy arrays or torch tensors on any device (`ina.host.arrays`);
+the codec runs there, and only the lanes of each round (bitmap words, sketch cells, repair
+values) go to the host for the transport. Results come back in the values' library and device.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ina.host.arrays import Array, as_array, ops
 from ina.host.compression import bitmap, sketch
 from ina.host.rounds import Reduce, Round, Steps, plain, run_blocking
 from ina.protocol import LANE_BYTES, Op
@@ -92,16 +97,17 @@ class Support:
     """Outcome of round 1: the union support and the agreed header values."""
 
     n: int  # bucket length
-    words: np.ndarray  # union bitmap, int32 words
-    positions: np.ndarray  # sorted int64 indices of the union's set bits
+    words: np.ndarray  # union bitmap, int32 words (host: as the switch returned them)
+    positions: Array  # sorted int64 indices of the union's set bits (the codec's device)
     exp: int  # MAX over workers
     level: int  # MAX over workers
 
     @property
     def nnz(self) -> int:
-        return int(self.positions.size)
+        return ops(self.positions).size(self.positions)
 
     def mask(self) -> np.ndarray:
+        """The union as a bool mask (host)."""
         return bitmap.unpack(self.words, self.n)
 
 
@@ -109,7 +115,7 @@ class Support:
 class AllreduceResult:
     """Outcome of one compressed allreduce on one worker."""
 
-    values: np.ndarray  # dense int32 sum over workers (length n, zero off the support)
+    values: Array  # dense int32 sum over workers (length n, zero off the support)
     support: Support
     coding: str  # what round 2 actually sent: "sketch", "support" or "none" (empty union)
     lanes: int  # int32 lanes this worker sent in round 2
@@ -166,21 +172,18 @@ class HomomorphicStats:
         self.repaired_positions += result.repaired
 
 
-def repair_steps(
-    values: np.ndarray, positions: np.ndarray, exp: int = 0, level: int = 0
-) -> Steps[np.ndarray]:
+def repair_steps(values: Array, positions: Array, exp: int = 0, level: int = 0) -> Steps[Array]:
     """Exact sums at ``positions`` by one dense SUM round of this worker's ``values`` there.
 
     Every worker must call it with the same ``positions`` (they do: peeling is deterministic).
     """
-    lanes = np.ascontiguousarray(values[positions], np.int32)
+    xp = ops(values)
+    lanes = xp.to_host(xp.astype(xp.gather(values, positions), xp.int32))
     summed = yield Round(lanes, Op.SUM, exp, level)
-    return summed.values
+    return xp.asarray(summed.values)
 
 
-def repair(
-    values: np.ndarray, positions: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
-) -> np.ndarray:
+def repair(values: Array, positions: Array, reduce: Reduce, exp: int = 0, level: int = 0) -> Array:
     """`repair_steps` with a blocking ``reduce`` callable."""
     return run_blocking(repair_steps(values, positions, exp, level), plain(reduce))
 
@@ -189,7 +192,7 @@ def repair(
 class _Round2:
     """What a value coding returns: sums at the support positions and what it cost."""
 
-    sums: np.ndarray  # int32, one per support position
+    sums: Array  # int32, one per support position
     coding: str
     lanes: int
     repaired: int = 0
@@ -198,8 +201,9 @@ class _Round2:
 
 def _code_support(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
     """Round 2 as plain lanes: this worker's values at the union positions, summed."""
-    sums = yield Round(vals, Op.SUM, support.exp, support.level)
-    return _Round2(sums.values, "support", vals.size)
+    xp = ops(vals)
+    sums = yield Round(xp.to_host(vals), Op.SUM, support.exp, support.level)
+    return _Round2(xp.asarray(sums.values), "support", xp.size(vals))
 
 
 def _code_sketch(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
@@ -207,10 +211,13 @@ def _code_sketch(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
     spec = cfg.sketch_spec(support.nnz, salt)
     if spec.cells >= support.n:  # no smaller than dense: the support lanes are cheaper still
         return (yield from _code_support(cfg, vals, support, salt))
-    cells = sketch.hash_cells(support.positions, spec)
-    lanes = sketch.encode(vals, cells, spec)
-    summed = yield Round(lanes, Op.SUM, support.exp, support.level)
-    peeled = sketch.peel(summed.values, cells)
+    xp = ops(vals)
+    table = sketch.Table(support.positions, spec)
+    lanes = table.encode(vals)
+    if not table.fits:  # a cell of 32 positions, or over ~4M of them: plain lanes
+        return (yield from _code_support(cfg, vals, support, salt))
+    summed = yield Round(xp.to_host(lanes), Op.SUM, support.exp, support.level)
+    peeled = table.peel(xp.asarray(summed.values))
     if not peeled.consistent:
         raise RuntimeError(
             "summed sketch is inconsistent with the union support: a worker used other "
@@ -218,9 +225,11 @@ def _code_sketch(cfg: HomomorphicConfig, vals, support, salt) -> Steps[_Round2]:
         )
     sums = peeled.values
     undecoded = peeled.undecoded
-    if undecoded.size:
-        sums[undecoded] = yield from repair_steps(vals, undecoded, support.exp, support.level)
-    return _Round2(sums, "sketch", spec.cells, int(undecoded.size), peeled.passes)
+    repaired = xp.size(undecoded)
+    if repaired:
+        fixed = yield from repair_steps(vals, undecoded, support.exp, support.level)
+        xp.scatter(sums, undecoded, fixed)
+    return _Round2(sums, "sketch", spec.cells, repaired, peeled.passes)
 
 
 CODINGS: dict[str, Callable[..., Steps[_Round2]]] = {
@@ -243,47 +252,57 @@ class HomomorphicAllreduce:
         # stats
         self.stats = HomomorphicStats()
 
-    def agree_support_steps(self, mask: np.ndarray, exp: int = 0, level: int = 0) -> Steps[Support]:
+    def agree_support_steps(self, mask: Array, exp: int = 0, level: int = 0) -> Steps[Support]:
         """Round 1: OR the workers' non-zero bitmaps; MAX-combine ``exp`` and ``level``."""
-        mask = np.asarray(mask)
-        words = bitmap.pack(mask)
-        union = yield Round(words, Op.OR, exp, level)
-        return Support(
-            mask.size,
-            union.values,
-            bitmap.positions(union.values, mask.size),
-            union.exp,
-            union.level,
-        )
+        mask = as_array(mask)
+        return (yield from _agree_words_steps(bitmap.pack(mask), mask.shape[0], exp, level))
 
-    def agree_support(
-        self, mask: np.ndarray, reduce: Reduce, exp: int = 0, level: int = 0
-    ) -> Support:
+    def agree_support(self, mask: Array, reduce: Reduce, exp: int = 0, level: int = 0) -> Support:
         """`agree_support_steps` with a blocking ``reduce`` callable."""
         return run_blocking(self.agree_support_steps(mask, exp, level), plain(reduce))
 
+    def agree_indices_steps(
+        self, indices: Array, n: int, exp: int = 0, level: int = 0
+    ) -> Steps[Support]:
+        """`agree_support_steps` for the mask of ``n`` positions that is True exactly at
+        ``indices`` (distinct): a sparsifier's output, without building the mask."""
+        words = bitmap.pack_indices(as_array(indices), n)
+        return (yield from _agree_words_steps(words, n, exp, level))
+
     def reduce_values_steps(
-        self, values: np.ndarray, support: Support, salt: int = 0
+        self, values: Array, support: Support, salt: int = 0
     ) -> Steps[AllreduceResult]:
         """Round 2 (and the repair round if needed): the exact int32 sum on the support.
 
         ``values`` is this worker's dense int32 bucket; it must be zero off ``support``.
         ``salt`` varies the hash seeds (all workers must pass the same one).
         """
-        values = np.asarray(values)
-        if values.dtype != np.int32 or values.shape != (support.n,):
+        return (yield from self._reduce_values_steps(values, support, salt, None))
+
+    def _reduce_values_steps(
+        self, values: Array, support: Support, salt: int, nonzeros: int | None
+    ) -> Steps[AllreduceResult]:
+        """`reduce_values_steps`; ``nonzeros``: the count of non-zero ``values`` if known
+        (saves a pass over the dense bucket)."""
+        values = as_array(values)
+        xp = ops(values)
+        if values.dtype != xp.int32 or tuple(values.shape) != (support.n,):
             raise ValueError(
-                f"values must be int32 of shape ({support.n},), got {values.dtype} {values.shape}"
+                f"values must be int32 of shape ({support.n},), got {values.dtype} "
+                f"{tuple(values.shape)}"
             )
-        vals = values[support.positions]
-        if np.count_nonzero(vals) != np.count_nonzero(values):
+        positions = xp.asarray(support.positions)  # a no-op unless the caller mixed devices
+        vals = xp.gather(values, positions)
+        if nonzeros is None:
+            nonzeros = xp.count_nonzero(values)
+        if xp.count_nonzero(vals) != nonzeros:
             raise ValueError("values has non-zeros outside the agreed support (round-1 mask)")
-        out = np.zeros(support.n, np.int32)
+        out = xp.zeros(support.n, xp.int32)
         if support.nnz:
             r2 = yield from CODINGS[self.config.coding](self.config, vals, support, salt)
-            out[support.positions] = r2.sums
+            xp.scatter(out, positions, r2.sums)
         else:  # every worker sees the empty union: nothing to send
-            r2 = _Round2(np.zeros(0, np.int32), "none", 0)
+            r2 = _Round2(xp.zeros(0, xp.int32), "none", 0)
         result = AllreduceResult(
             values=out,
             support=support,
@@ -300,24 +319,26 @@ class HomomorphicAllreduce:
         return result
 
     def reduce_values(
-        self, values: np.ndarray, support: Support, reduce: Reduce, salt: int = 0
+        self, values: Array, support: Support, reduce: Reduce, salt: int = 0
     ) -> AllreduceResult:
         """`reduce_values_steps` with a blocking ``reduce`` callable."""
         return run_blocking(self.reduce_values_steps(values, support, salt), plain(reduce))
 
     def allreduce_int_steps(
-        self, values: np.ndarray, exp: int = 0, level: int = 0, salt: int = 0
+        self, values: Array, exp: int = 0, level: int = 0, salt: int = 0
     ) -> Steps[AllreduceResult]:
         """Both rounds for values already in int32: support = ``values != 0``."""
-        values = np.asarray(values)
-        if values.dtype != np.int32 or values.ndim != 1:
-            raise ValueError(f"values must be 1-D int32, got {values.dtype} {values.shape}")
-        support = yield from self.agree_support_steps(values != 0, exp, level)
-        return (yield from self.reduce_values_steps(values, support, salt))
+        values = as_array(values)
+        if values.dtype != ops(values).int32 or values.ndim != 1:
+            raise ValueError(f"values must be 1-D int32, got {values.dtype} {tuple(values.shape)}")
+        mask = values != 0
+        support = yield from self.agree_support_steps(mask, exp, level)
+        nonzeros = ops(mask).count_nonzero(mask)  # a quarter of the bytes of the values
+        return (yield from self._reduce_values_steps(values, support, salt, nonzeros))
 
     def allreduce_int(
         self,
-        values: np.ndarray,
+        values: Array,
         reduce: Reduce,
         exp: int = 0,
         level: int = 0,
@@ -325,6 +346,14 @@ class HomomorphicAllreduce:
     ) -> AllreduceResult:
         """`allreduce_int_steps` with a blocking ``reduce`` callable."""
         return run_blocking(self.allreduce_int_steps(values, exp, level, salt), plain(reduce))
+
+
+def _agree_words_steps(words: Array, n: int, exp: int, level: int) -> Steps[Support]:
+    """Round 1 on packed words: send them (host lanes), get the union, list its positions."""
+    xp = ops(words)
+    union = yield Round(xp.to_host(words), Op.OR, exp, level)
+    positions = bitmap.positions(xp.asarray(union.values), n)
+    return Support(n, union.values, positions, union.exp, union.level)
 
 
 # --- an in-process model of the switch, for tests and benchmarks ---------------------------

@@ -21,6 +21,10 @@ the quantization error into the residual too. Density 1.0 keeps everything (dens
 Random-k with ``shared=True`` draws the same positions on every worker (seeded by the shared
 seed, the bucket key and the step), so the union of supports is no larger than one worker's;
 with ``shared=False`` each worker draws its own (seeded with its worker id as well).
+
+Tensors may be numpy arrays or torch tensors on any device (`ina.host.arrays`): selection,
+residuals and payloads stay in the input's library and device. Random-k draws its indices on
+the host (numpy's generator, the same on every worker whatever its device) and moves them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ina.host.arrays import Array, as_array, ops
 from ina.registry import registrar
 
 
@@ -63,8 +68,9 @@ class Sparsifier(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def select(self, x: np.ndarray, k: int, ctx: SelectContext) -> np.ndarray:
-        """Indices (int64, sorted, distinct) of the ``k`` entries to keep."""
+    def select(self, x: Array, k: int, ctx: SelectContext) -> Array:
+        """Indices (int64, sorted, distinct; ``x``'s library and device) of the ``k``
+        entries of 1-D ``x`` to keep."""
 
 
 SPARSIFIERS: dict[str, type[Sparsifier]] = {}
@@ -87,13 +93,13 @@ def make_sparsifier(name: str, **kwargs) -> Sparsifier:
 class TopK(Sparsifier):
     """The ``k`` entries of largest magnitude (ties broken arbitrarily)."""
 
-    def select(self, x: np.ndarray, k: int, ctx: SelectContext) -> np.ndarray:
-        n = x.size
+    def select(self, x: Array, k: int, ctx: SelectContext) -> Array:
+        xp = ops(x)
+        n = xp.size(x)
         if k >= n:
-            return np.arange(n, dtype=np.int64)
-        idx = np.argpartition(np.abs(x), n - k)[n - k :]
-        idx.sort()
-        return idx.astype(np.int64, copy=False)
+            return xp.arange(n, xp.int64)
+        # O(n) selection (numpy's argpartition, torch's topk), then sorted for the bitmap
+        return xp.astype(xp.sort(xp.topk_indices(xp.abs(x), k)), xp.int64)
 
 
 @register("randk")
@@ -107,17 +113,18 @@ class RandomK(Sparsifier):
         self.seed = seed
         self.shared = shared
 
-    def select(self, x: np.ndarray, k: int, ctx: SelectContext) -> np.ndarray:
-        n = x.size
+    def select(self, x: Array, k: int, ctx: SelectContext) -> Array:
+        xp = ops(x)
+        n = xp.size(x)
         if k >= n:
-            return np.arange(n, dtype=np.int64)
+            return xp.arange(n, xp.int64)
         entropy = [self.seed, _key_hash(ctx.key), ctx.step]
         if not self.shared:
             entropy.append(ctx.worker)
         rng = np.random.default_rng(entropy)
         idx = rng.choice(n, size=k, replace=False, shuffle=False)
         idx.sort()
-        return idx.astype(np.int64, copy=False)
+        return xp.asarray(idx.astype(np.int64, copy=False))
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ class SparseContext:
 
     key: str
     shape: tuple[int, ...]
-    dtype: str
+    dtype: str  # of the input (as str(dtype)); the payload's values keep it
     k: int  # entries kept
     step: int
 
@@ -135,8 +142,8 @@ class SparseContext:
 class Sparse:
     """The payload: the kept entries of the flattened tensor."""
 
-    indices: np.ndarray  # int64, sorted
-    values: np.ndarray  # same dtype as the input
+    indices: Array  # int64, sorted
+    values: Array  # same dtype, library and device as the input
 
 
 class SparsifyCompressor:
@@ -154,23 +161,25 @@ class SparsifyCompressor:
         self._steps: dict[str, int] = {}
 
     def compress(
-        self, tensor: np.ndarray, key: str, step: int | None = None
+        self, tensor: Array, key: str, step: int | None = None
     ) -> tuple[Sparse, SparseContext]:
         """Keep ``num_kept(tensor.size, density)`` entries of ``tensor`` (any shape)."""
-        x = np.asarray(tensor)
+        x = as_array(tensor)
+        xp = ops(x)
         flat = x.reshape(-1)
         if step is None:
             step = self._steps.get(key, 0)
         self._steps[key] = step + 1
-        k = num_kept(flat.size, self.density)
+        k = num_kept(xp.size(flat), self.density)
         idx = self.sparsifier.select(flat, k, SelectContext(key, step, self.worker))
-        ctx = SparseContext(key, tuple(x.shape), x.dtype.str, int(idx.size), step)
-        return Sparse(idx, flat[idx]), ctx
+        ctx = SparseContext(key, tuple(x.shape), str(x.dtype), xp.size(idx), step)
+        return Sparse(idx, xp.gather(flat, idx)), ctx
 
-    def decompress(self, sparse: Sparse, ctx: SparseContext) -> np.ndarray:
+    def decompress(self, sparse: Sparse, ctx: SparseContext) -> Array:
         """The dense tensor: kept entries in place, zeros elsewhere."""
-        out = np.zeros(math.prod(ctx.shape), np.dtype(ctx.dtype))
-        out[sparse.indices] = sparse.values
+        xp = ops(sparse.values)
+        out = xp.zeros(math.prod(ctx.shape), sparse.values.dtype)
+        xp.scatter(out, sparse.indices, sparse.values)
         return out.reshape(ctx.shape)
 
 
@@ -178,34 +187,36 @@ class Memory:
     """Error-feedback residuals, one per bucket key (GRACE's ``Memory``)."""
 
     def __init__(self) -> None:
-        # internal state
-        self._residuals: dict[str, np.ndarray] = {}
+        # internal state: residuals in the library and on the device of their tensors
+        self._residuals: dict[str, Array] = {}
 
-    def compensate(self, tensor: np.ndarray, key: str) -> np.ndarray:
+    def compensate(self, tensor: Array, key: str) -> Array:
         """``tensor`` plus the residual left from the last round of this bucket (new array)."""
-        tensor = np.asarray(tensor)
+        tensor = as_array(tensor)
         residual = self._residuals.get(key)
         if residual is None:
-            return tensor.copy()
-        if residual.shape != tensor.shape:
+            return ops(tensor).copy(tensor)
+        if tuple(residual.shape) != tuple(tensor.shape):
             raise ValueError(
-                f"bucket {key!r} changed shape: residual {residual.shape}, tensor {tensor.shape}"
+                f"bucket {key!r} changed shape: residual {tuple(residual.shape)}, "
+                f"tensor {tuple(tensor.shape)}"
             )
         return tensor + residual
 
-    def update(self, key: str, compensated: np.ndarray, sent: np.ndarray) -> None:
+    def update(self, key: str, compensated: Array, sent: Array) -> None:
         """Keep what was not sent: ``residual = compensated - sent``.
 
         Exact where ``sent`` is 0 or equal to ``compensated``, so for a pure sparsifier
         ``residual + sent == compensated`` bit for bit.
         """
-        compensated = np.asarray(compensated)
-        sent = np.asarray(sent)
-        if compensated.shape != sent.shape:
-            raise ValueError(f"shapes differ: compensated {compensated.shape}, sent {sent.shape}")
+        compensated, sent = as_array(compensated), as_array(sent)
+        if tuple(compensated.shape) != tuple(sent.shape):
+            raise ValueError(
+                f"shapes differ: compensated {tuple(compensated.shape)}, sent {tuple(sent.shape)}"
+            )
         self._residuals[key] = compensated - sent
 
-    def residual(self, key: str) -> np.ndarray | None:
+    def residual(self, key: str) -> Array | None:
         """The stored residual of a bucket (None before its first update)."""
         return self._residuals.get(key)
 
