@@ -41,12 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ina.host import quantize
-from ina.host.compression import (
-    HomomorphicAllreduce,
-    HomomorphicConfig,
-    Memory,
-    SparsifyCompressor,
-)
+from ina.host.arrays import is_torch, ops
+from ina.host.compression import HomomorphicConfig
+from ina.host.compression.sparse_allreduce import SparseAllreduce
 from ina.host.rounds import Round, Steps, run_blocking
 from ina.host.transport import Transport, WorkerConfig
 from ina.protocol import Op
@@ -127,9 +124,14 @@ class Worker:
         # internal state: the level every worker uses now, and the one this worker proposes
         self.level = level
         self.proposed_level = level
-        self.memory = Memory()
-        self._compressors: dict[float, SparsifyCompressor] = {}
-        self.homomorphic = HomomorphicAllreduce(self.compression.homomorphic)
+        # compressed mode: sparsifier, error feedback and the homomorphic rounds, on the
+        # gradient's own device (ina.host.compression.sparse_allreduce)
+        self.sparse = SparseAllreduce(
+            cfg.num_workers, cfg.worker_id, self.compression.sparsifier,
+            self.compression.homomorphic,
+        )  # fmt: skip
+        self.memory = self.sparse.memory
+        self.homomorphic = self.sparse.homomorphic
 
     def density(self) -> float:
         """The density of the next call (from the agreed level if there is a ladder)."""
@@ -179,21 +181,24 @@ class Worker:
         self, x, average: bool = False, key: object = None, density: float | None = None
     ) -> Steps:
         """`allreduce` as a generator of switch rounds (`ina.host.rounds`)."""
-        is_torch = type(x).__module__.startswith("torch")
-        if is_torch:
+        if is_torch(x):
             import torch
 
-            arr = x.detach().cpu().numpy()
+            if not x.is_floating_point():
+                raise TypeError(f"allreduce takes float tensors, got {x.dtype}")
+            # stays where it is: compressed mode encodes on the tensor's device and sends
+            # only the rounds' lanes through the host (ina.host.compression.sparse_allreduce)
+            flat = x.detach().reshape(-1)
         else:
-            arr = np.asarray(x)
-        if not np.issubdtype(arr.dtype, np.floating):
-            raise TypeError(f"allreduce takes float tensors, got {arr.dtype}")
-        flat = arr.reshape(-1)
+            x = np.asarray(x)
+            if not np.issubdtype(x.dtype, np.floating):
+                raise TypeError(f"allreduce takes float tensors, got {x.dtype}")
+            flat = x.reshape(-1)
         out = yield from self.allreduce_flat_steps(flat, average=average, key=key, density=density)
-        out = out.astype(arr.dtype).reshape(arr.shape)
-        if is_torch:
-            return torch.from_numpy(out).to(x.device)
-        return out
+        if is_torch(x):
+            out = out if is_torch(out) else torch.from_numpy(np.ascontiguousarray(out))
+            return out.to(device=x.device, dtype=x.dtype).reshape(x.shape)
+        return out.astype(x.dtype).reshape(x.shape)
 
     def allreduce_flat(
         self,
@@ -213,18 +218,21 @@ class Worker:
         key: object = None,
         density: float | None = None,
     ) -> Steps[np.ndarray]:
-        """`allreduce_flat` as a generator of switch rounds."""
+        """`allreduce_flat` as a generator of switch rounds; ``flat`` a numpy array or a torch
+        tensor (the result: float64 numpy, or a tensor on ``flat``'s device when compressed)."""
         quantize.check_finite(flat)
-        if flat.size and float(np.abs(flat).max()) >= FLOAT32_LIMIT:
+        xp = ops(flat)
+        if xp.size(flat) and float(xp.amax(xp.abs(flat), 0)) >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
         if density is None:
             density = self.density()
         elif not 0.0 < density <= 1.0:
             raise ValueError(f"density must be in (0, 1], got {density}")
-        if density < 1.0 and flat.size:
+        if density < 1.0 and xp.size(flat):
             out = yield from self._compressed_steps(flat, density, key)
-        else:
-            out = yield from self._dense_steps(flat)
+        else:  # dense: every int32 lane crosses the host anyway
+            host = flat.detach().cpu().numpy() if is_torch(flat) else flat
+            out = yield from self._dense_steps(host)
         if average:
             out /= self.cfg.num_workers
         return out
@@ -260,32 +268,13 @@ class Worker:
         self.last_ints = ints
         return out
 
-    def _compressed_steps(self, flat: np.ndarray, density: float, key: object) -> Steps[np.ndarray]:
-        n = flat.size
+    def _compressed_steps(self, flat, density: float, key: object) -> Steps:
+        res = yield from self.sparse.allreduce_steps(flat, density, key, level=self.proposed_level)
+        n = res.ints.shape[0]
         N = self.cfg.num_workers
-        k = f"{key!r}:{n}"  # a bucket whose size changes starts a fresh residual
-        comp = self._compressors.get(density)
-        if comp is None:
-            comp = SparsifyCompressor(self.compression.sparsifier, density, self.cfg.worker_id)
-            self._compressors[density] = comp
-        compensated = self.memory.compensate(flat.astype(np.float64), k)
-        sparse, _ = comp.compress(compensated, k)
-        mask = np.zeros(n, bool)
-        mask[sparse.indices] = True
-        # the whole bucket shares one scale: the sketch mixes positions
-        exp = int(quantize.block_exponents(sparse.values, max(sparse.values.size, 1))[0])
-        support = yield from self.homomorphic.agree_support_steps(
-            mask, exp=exp, level=self.proposed_level
-        )
-        self.level = support.level
-        agreed = np.array([support.exp], np.int32)
-        ints = np.zeros(n, np.int32)
-        ints[sparse.indices] = quantize.encode(sparse.values, agreed, n, N)
-        result = yield from self.homomorphic.reduce_values_steps(ints, support)
-        sent = quantize.decode(ints, agreed, n, N)  # what this worker's encoding carried
-        self.memory.update(k, compensated, sent)
-        self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, n, N, n))
-        self.last_int_sums = result.values
-        self.last_ints = ints
-        self.last_compressed = result
-        return quantize.decode(result.values, agreed, n, N)
+        self.level = res.level
+        self.last = AllreduceInfo(n, res.exponents, quantize.error_bound(res.exponents, n, N, n))
+        self.last_int_sums = res.reduced.values
+        self.last_ints = res.ints
+        self.last_compressed = res.reduced
+        return res.sums
