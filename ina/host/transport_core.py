@@ -299,8 +299,8 @@ class TransportCore:
 
     def pop_sends(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Datagrams to send, as (buffer, rows, times): each row of ``buffer[rows]`` is one
-        INA payload of ``pb`` bytes for the switch, to be sent at its time (nondecreasing
-        within a triple). The buffers stay valid until the next call into the core (a driver
+        INA payload of ``pb`` bytes for the switch, to be sent at its time (one time for all,
+        or one per row, nondecreasing). The buffers stay valid until the next call into the core (a driver
         that holds packets longer must copy them)."""
         out, self._sends = self._sends, []
         return out
@@ -577,7 +577,7 @@ class TransportCore:
         rows = np.asarray(rows, dtype=np.int64)
         self.stats.packets_sent += int(rows.size)
         self.stats.bytes_sent += int(rows.size) * self.pb
-        self._sends.append((buf, rows, np.broadcast_to(np.asarray(at, np.float64), rows.shape)))
+        self._sends.append((buf, rows, at))
 
     def _adapt_window(self, rtt: np.ndarray, now: float) -> None:
         """Delay-based window control (see the module docstring)."""

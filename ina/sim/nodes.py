@@ -79,14 +79,14 @@ class _Inbox:
         arrival at the inbox, which is deterministic)."""
         if not self._times:
             return np.zeros(0), np.zeros((0, self.width), np.uint8), np.zeros(0, np.int64)
-        if len(self._times) == 1:
+        if len(self._times) == 1:  # one link's delivery: already in time order
             t, d, n = self._times[0], self._data[0], self._lengths[0]
         else:
             t = np.concatenate(self._times)
-            d = np.concatenate(self._data)
-            n = np.concatenate(self._lengths)
-        order = np.argsort(t, kind="stable")
-        t, d, n = t[order], d[order], n[order]
+            order = np.argsort(t, kind="stable")
+            t = t[order]
+            d = np.concatenate(self._data)[order]
+            n = np.concatenate(self._lengths)[order]
         cut = int(np.searchsorted(t, horizon, side="left"))
         if cut < t.size:
             self._times, self._data, self._lengths = [t[cut:]], [d[cut:]], [n[cut:]]
@@ -130,15 +130,20 @@ class Link:
         self.bytes = 0
 
     def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        """Packets ``data`` (rows, copied) enter the link at ``times`` (nondecreasing)."""
+        """Packets ``data`` (rows, not to be written to again) enter the link at ``times``
+        (nondecreasing)."""
         if not times.size:
             return
         frame = lengths + FRAME_OVERHEAD  # what occupies the wire: the whole frame
         release = self.emulator.admit_batch(times, frame)
-        ok = ~np.isnan(release)
-        self.packets += int(ok.sum())
-        self.bytes += int(frame[ok].sum())
-        if ok.any():
+        ok = release == release  # not NaN: not dropped
+        if ok.all():
+            self.packets += times.size
+            self.bytes += int(frame.sum())
+            self.deliver(release, data, lengths)
+        elif ok.any():
+            self.packets += int(ok.sum())
+            self.bytes += int(frame[ok].sum())
             self.deliver(release[ok], data[ok], lengths[ok])
 
 
@@ -212,13 +217,17 @@ class SwitchNode:
         for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast], strict=True)}:
             rows = unicast & (job == j) & (dest == w)
             targets[(j, w)] = targets.get((j, w), False) | rows
+        copies: dict[bytes, tuple] = {}  # the same rows for many ports: one copy
         for key, rows in targets.items():
             link = self.ports.get(key)
             if link is None:
                 self.unroutable += int(rows.sum())
                 continue
-            r = np.flatnonzero(rows)
-            link.send(when[r], out.data[r, :pb], lengths[r])
+            shared = copies.get(rows.tobytes())
+            if shared is None:
+                r = np.flatnonzero(rows)
+                shared = copies[rows.tobytes()] = (when[r], out.data[r, :pb], lengths[r])
+            link.send(*shared)
 
 
 class WorkerNode:
@@ -366,12 +375,15 @@ class WorkerNode:
         is complete."""
         sends = self.core.pop_sends()
         if sends and self.uplink is not None:
+            def times_of(rows: np.ndarray, at) -> np.ndarray:
+                return at if isinstance(at, np.ndarray) else np.full(rows.size, float(at))
+
             if len(sends) == 1:
                 buf, rows, at = sends[0]
-                data, times = buf[rows], np.asarray(at)
+                data, times = buf[rows], times_of(rows, at)
             else:
                 data = np.concatenate([buf[rows] for buf, rows, _ in sends])
-                times = np.concatenate([np.asarray(at) for _, _, at in sends])
+                times = np.concatenate([times_of(rows, at) for _, rows, at in sends])
                 order = np.argsort(times, kind="stable")
                 data, times = data[order], times[order]
             self.uplink.send(times, data, np.full(times.size, self.core.pb, np.int64))
