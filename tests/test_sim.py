@@ -110,7 +110,7 @@ def test_same_seed_same_result_any_engine_and_different_seeds_differ():
     lossy = LinkSpec(loss=0.05, profile="low")
     timers = dict(rto_s=1e-3, min_rto_s=1e-3)
     a = run(spec(up=lossy, down=lossy, **timers), size=30_000, iters=2, seed=3)
-    b = run(spec(up=lossy, down=lossy, engine="simpy", **timers), size=30_000, iters=2, seed=3)
+    b = run(spec(up=lossy, down=lossy, engine="heap", **timers), size=30_000, iters=2, seed=3)
     c = run(spec(up=lossy, down=lossy, seed=9, **timers), size=30_000, iters=2, seed=3)
 
     def sim_fields(r):

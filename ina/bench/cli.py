@@ -1,4 +1,4 @@
-"""`ina bench {switch,compression,compressors,bmv2,p4runtime,all}`: run benchmarks, print
+"""`ina bench {switch,compression,compressors,bmv2,p4runtime,sim,all}`: run benchmarks, print
 markdown tables.
 
 Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
@@ -18,6 +18,7 @@ BENCHES = {
     "compressors": "ina.bench.compressors",
     "bmv2": "ina.bench.bmv2",
     "p4runtime": "ina.bench.p4runtime",
+    "sim": "ina.bench.sim",
 }
 
 

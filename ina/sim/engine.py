@@ -12,9 +12,10 @@ Two kernels implement it:
 - `SimPyEngine`: SimPy (the standard Python discrete-event library), its environment and
   timeout events with callbacks.
 
-Which one runs matters for speed only: the models batch a window of packets per event (see
-`ina.sim.nodes`), so a simulated second costs few events either way. docs/simulation.md
-compares them (`ina bench sim`); `HeapEngine` is the default.
+Both run the same events in the same order, so results are identical (a test holds it).
+The models batch a window of packets per event (see `ina.sim.nodes`), so a simulated second
+costs few events and both run equally fast (docs/simulation.md, `ina bench sim`): SimPy, the
+field's established kernel, is the default; the heap stays as the measured alternative.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class SimPyEngine(Engine):
 ENGINES: dict[str, Callable[[], Engine]] = {"heap": HeapEngine, "simpy": SimPyEngine}
 
 
-def make_engine(name: str = "heap") -> Engine:
+def make_engine(name: str = "simpy") -> Engine:
     if name not in ENGINES:
         raise ValueError(f"unknown simulation engine {name!r}; known: {sorted(ENGINES)}")
     return ENGINES[name]()

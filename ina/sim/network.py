@@ -98,7 +98,7 @@ class NetworkSpec:
     lanes: int = 256
     pool_size: int = 64
     seed: int = 0
-    engine: str = "heap"
+    engine: str = "simpy"
     rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0

@@ -44,7 +44,7 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
         help="how fast the switch pipeline takes packets, bit/s (none: line rate)",
     )
     g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
-    g.add_argument("--engine", default="heap", choices=sorted(ENGINES), help="event kernel")
+    g.add_argument("--engine", default="simpy", choices=sorted(ENGINES), help="event kernel")
     g.add_argument("--sim-seed", type=int, help="seed of the network's random streams")
     # The transport's own defaults (WorkerConfig): with compute and codec times measured on
     # this host, workers are late by its jitter, which these timers are sized to ride out;
