@@ -166,3 +166,30 @@ def test_bad_options_are_one_line_errors(args, message):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "switch", [SwitchSpec(), SwitchSpec(rate_bps=200e9, latency_s=2e-6)], ids=["line", "200G"]
+)
+@pytest.mark.parametrize("workers", [2, 5, 8])
+def test_timing_only_agrees_with_every_worker_simulated(workers, switch):
+    link = LinkSpec(rate_bps=25e9, prop_delay_s=2e-6, profile="constant:delay_s=1e-6")
+    full = run(spec(workers=workers, up=link, down=link, switch=switch), 60_000, 3)
+    one = run(spec(workers=workers, up=link, down=link, switch=switch, timing_only=True), 60_000, 3)
+    # the run's first call also joins it: with N workers, all but the one whose JOIN
+    # completes the run spend one more round trip on the probe for their own nonce
+    assert one["call_seconds"][1:] == pytest.approx(full["call_seconds"][1:], rel=0, abs=1e-12)
+    assert 0 < full["call_seconds"][0] - one["call_seconds"][0] < 20e-6
+    assert one["exact"] and one["packets_on_links"] * workers == pytest.approx(
+        full["packets_on_links"], rel=0.01
+    )
+
+
+def test_timing_only_scales_past_the_bitmap_and_refuses_asymmetric_links():
+    r = run(spec(workers=1024, timing_only=True), 200_000, 1)
+    frames = chunks(200_000) * FRAME * 8 / 100e9
+    assert frames < r["call_seconds"][0] < frames + 20e-6
+    with pytest.raises(ValueError, match="deterministic links"):
+        spec(workers=64, timing_only=True, up=LinkSpec(loss=0.01))
+    with pytest.raises(ValueError, match="workers must be 1..32"):
+        spec(workers=64)
