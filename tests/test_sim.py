@@ -193,3 +193,21 @@ def test_timing_only_scales_past_the_bitmap_and_refuses_asymmetric_links():
         spec(workers=64, timing_only=True, up=LinkSpec(loss=0.01))
     with pytest.raises(ValueError, match="workers must be 1..32"):
         spec(workers=64)
+
+
+def test_ina_against_ring_approaches_the_bandwidth_bound_and_beats_it_when_latency_counts():
+    from ina.sim.baselines import allreduce_time, bound
+    from ina.sim.compare import compare
+
+    slow = LinkSpec(rate_bps=1e9)  # bandwidth-bound: a step's segment takes far longer
+    r = compare(spec(workers=64, up=slow, down=slow, timing_only=True), 1_000_000)
+    assert r["ring"] / r["ina"] == pytest.approx(bound("ring", 64), rel=0.05)
+    assert r["halving-doubling"] == pytest.approx(r["ring"], rel=0.05)  # the same bytes
+    # small messages: the ring's 2(N-1) latencies dominate, halving-doubling has 2 log2 N
+    small = compare(spec(workers=64, timing_only=True), 10_000)
+    assert small["ring"] / small["ina"] > 3 * bound("ring", 64)
+    assert small["halving-doubling"] < small["ring"] / 3
+    ring = allreduce_time(spec(workers=8), 80_000, "ring")
+    assert ring["bytes_sent_per_worker"] == 2 * 7 * chunks(10_000) * FRAME
+    with pytest.raises(ValueError, match="power-of-two"):
+        allreduce_time(spec(workers=6), 1000, "halving-doubling")
