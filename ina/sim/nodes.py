@@ -379,6 +379,7 @@ class WorkerNode:
         is complete."""
         sends = self.core.pop_sends()
         if sends and self.uplink is not None:
+
             def times_of(rows: np.ndarray, at) -> np.ndarray:
                 return at if isinstance(at, np.ndarray) else np.full(rows.size, float(at))
 
