@@ -23,6 +23,7 @@ import random
 
 import grpc
 import pytest
+from conftest import require_bmv2_thrift
 from differential.targets import (
     Bmv2OnVeths,
     ModelOnVeths,
@@ -183,6 +184,8 @@ def reinstall(target: Target) -> Replay:
         b.frames.clear()
 
     thrift = target.thrift_port
+    if thrift is not None:
+        require_bmv2_thrift(thrift)
     target.reset()
     install_job(target.conn, big, thrift_port=thrift)  # 1024 slots: 2048 cells to reset
     for seq in (0, 1023, 1024):

@@ -350,7 +350,7 @@ def bmv2(ports: dict[int, str], spec: JobSpec, n: int, logdir: Path, program):
     try:
         conn = SwitchConnection(grpc_addr, device_id=1, timeout=30.0)
         conn.push_pipeline(p4info=program.p4info, device_config=program.json)
-        install_job(conn, spec, thrift_port=thrift)
+        install_job(conn, spec)  # the push just zeroed every register: no pool reset
         conn.write(
             [
                 conn.update(
