@@ -156,7 +156,7 @@ def run(
     # a step ends when its slowest worker ends it (they are alike on alike links)
     step_s = [max(t[i][0] for t in per_worker) for i in range(steps)]
     comm_s = [max(t[i][1] for t in per_worker) for i in range(steps)]
-    links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+    links = net.links()
     stats = [w.stats for w in workers]
     return {
         "network": describe(spec),
