@@ -89,3 +89,17 @@ def test_bad_options_are_one_line_errors(args, message):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sweep-params", "1,x"], "comma-separated numbers"),
+        (["--sweep-workers", "8,0.5"], "whole number >= 1"),
+        (["--sweep-workers", "8,70000", "--params", "10"], "workers must be 1..65536"),
+    ],
+)
+def test_compare_sweep_lists_are_one_line_errors(args, message):
+    r = subprocess.run([*INA, "compare", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert message in r.stderr.strip().splitlines()[-1], r.stderr
