@@ -111,13 +111,18 @@ def print_result(r: dict) -> None:
         f"model: {r['model']}"
         + (" (timing only: one worker stands for all)" if r["timing_only"] else "")
     )
+    hosts = (
+        "share hosts: a host's link carries every job"
+        if r["placement"] == "shared"
+        else "on hosts of their own"
+    )
     print(
-        f"{r['jobs_count']} jobs on one switch ({r['switch_slots']} slots; workers "
-        f"{'share hosts: a host link carries every job' if r['placement'] == 'shared' else 'on hosts of their own'}), "
+        f"{r['jobs_count']} jobs on one switch ({r['switch_slots']} slots; workers {hosts}), "
         f"{r['size']} float32 values per worker, {r['iters']} calls each"
     )
     print(
-        "| job | alone ms | together ms | slowdown | retransmissions | exact | saw another job's sums |"
+        "| job | alone ms | together ms | slowdown | retransmissions | exact "
+        "| saw another job's sums |"
     )
     print("|---:|---:|---:|---:|---:|---|---|")
     for j in r["jobs"]:
