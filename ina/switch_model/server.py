@@ -97,11 +97,7 @@ class SwitchServer:
         for i, (dest, job_id, group) in enumerate(
             zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
         ):
-            targets = (
-                [rid for _, rid in tables.mcast_groups.get(group, ())]
-                if dest == MULTICAST
-                else [dest]
-            )
+            targets = [rid for _, rid in tables.replicas(group)] if dest == MULTICAST else [dest]
             for w in targets:
                 addr = tables.workers.get((job_id, w))
                 if addr is None:

@@ -89,6 +89,13 @@ class Tables:
     def add_worker(self, w: WorkerAddress) -> None:
         self.workers[(w.job_id, w.worker_id)] = w
 
+    def replicas(self, group: int) -> list[tuple[int, int]]:
+        """The copies a multicast to ``group`` makes, (egress port, rid), in the order they
+        leave: descending rid, whatever order the group was written in, because that is the
+        order in which BMv2 sends them (measured: tests/test_differential.py, two workers
+        behind one port see it as who hears first; issue 11)."""
+        return sorted(self.mcast_groups.get(group, ()), key=lambda pr: -pr[1])
+
 
 @dataclass(frozen=True)
 class JobSpec:

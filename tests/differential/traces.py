@@ -9,13 +9,16 @@ what its name says.
 The default topology::
 
     port 1  host 1 (10.0.0.1)  job 1 worker 0 (UDP 50000), job 3 worker 0 (UDP 50100)
-    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001)
-    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002)
+    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001), job 5 workers 0 and 2 (UDP 50200,
+                               50202)
+    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002), job 5 worker 1 (UDP 50201)
     port 4  host 4 (10.0.0.4)  job 2 worker 0 (UDP 51000), job 3 worker 1 (UDP 50101)
 
     job 1: 3 workers, pool slots 5..8   (pool_size 4), job_index 2, multicast group 7
     job 2: 1 worker,  pool slots 0..1   (pool_size 2), job_index 0, multicast group 8
     job 3: 2 workers, pool slots 16..23 (pool_size 8), job_index 5, multicast group 9
+    job 5: 3 workers, pool slots 24..27 (pool_size 4), job_index 6, multicast group 10: two
+           workers behind one port, so two replicas of a result leave by port 2
     forward_table: each host's MAC -> its port
 
 Add a trace by writing a function ``def name(b: TraceBuilder) -> dict[str, int]`` that sends
@@ -116,6 +119,15 @@ def default_topology() -> Topology:
             workers=(worker(3, 0, h1, 50100), worker(3, 1, h4, 50101)),
             job_index=5,
             mcast_grp=9,
+        ),
+        JobSpec(
+            job_id=5,
+            num_workers=3,
+            pool_base=24,
+            pool_size=4,
+            workers=(worker(5, 0, h2, 50200), worker(5, 1, h3, 50201), worker(5, 2, h2, 50202)),
+            job_index=6,
+            mcast_grp=10,
         ),
     )
     return Topology("02:00:0a:00:00:fe", "10.0.0.254", hosts, jobs)
@@ -532,6 +544,18 @@ def two_jobs_interleaved(b: TraceBuilder) -> dict[str, int]:
     for job_id, seq in sorted(order, key=lambda js: js[1]):
         b.round(job_id, seq)
     return {"results": 24, "aggregated": 8 * 3 + 6 + 10 * 2}
+
+
+@trace
+def shared_port_replicas(b: TraceBuilder) -> dict[str, int]:
+    """Job 5 has workers 0 and 2 behind port 2: every result leaves port 2 twice, and the
+    copies' order there is the replication engine's (BMv2: descending replica id, whatever
+    order the group was written in), seen by the workers as which one hears first."""
+    for seq in range(6):
+        b.round(5, seq)
+    b.ina(5, 2, 0, retx=True)  # a stored result by unicast, between the multicasts
+    b.round(5, 6)
+    return {"aggregated": 21, "results": 7, "result_packets": 22, "retx_replies": 1}
 
 
 @trace
