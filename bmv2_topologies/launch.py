@@ -473,7 +473,7 @@ class InaNetwork:
             "thrift_port" in inspect.signature(install_job).parameters
             and self.target.kind == "bmv2"
         ):
-            pass  # TEMP: no thrift in this BMv2 build; a fresh push zeroed the registers
+            kwargs["thrift_port"] = self.thrift_port
         install_job(self.conn, self.spec, **kwargs)
         self.conn.write(
             [
