@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned to the CPU build on this machine's disk; an open range pulls CUDA.
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,ns3]'
 	touch $(STAMP)
 
 venv: $(STAMP)

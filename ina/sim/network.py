@@ -40,6 +40,7 @@ from ina.switch_model.tables import local_job
 
 JOB_ID = 1
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
+BACKENDS = ("fast", "ns3")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class NetworkSpec:
     pool_size: int = 64
     seed: int = 0
     engine: str = "simpy"
+    # "fast": our engine and link models; "ns3": ns-3's links, queues and TCP cross traffic
+    # (packet-level fidelity, `ina.sim.ns3net`), the same workers and switch
+    backend: str = "fast"
     rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
@@ -123,6 +127,8 @@ class NetworkSpec:
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
                     )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
@@ -268,6 +274,10 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     result leaves on one downlink of the N identical ones. Same simulated times as N workers
     (a test compares them), with one worker's memory and work.
     """
+    if spec.backend == "ns3":
+        from ina.sim import ns3net  # imports ns-3 only when asked for
+
+        return ns3net.build(spec, codec_time)
     engine = make_engine(spec.engine)
     modelled = 1 if spec.timing_only else spec.workers
     pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
