@@ -11,6 +11,7 @@ COMMANDS = {
     "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
     "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
     "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
+    "fidelity": ("ina.sim.fidelity", "the fast engine against the ns-3 backend (a table)"),
 }
 
 

@@ -127,9 +127,20 @@ void BulkFlow(Ptr<Node> src, uint32_t dst, uint16_t port, double start, double s
   app.Stop(Seconds(stop));
 }
 
+std::vector<Ptr<PacketSink>> sinks;
+
 void Sink(Ptr<Node> node, uint16_t port) {
   PacketSinkHelper sink("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
-  sink.Install(node).Start(Seconds(0));
+  ApplicationContainer app = sink.Install(node);
+  app.Start(Seconds(0));
+  sinks.push_back(DynamicCast<PacketSink>(app.Get(0)));
+}
+
+// Bytes the cross traffic delivered so far (every sink).
+uint64_t CrossBytes() {
+  uint64_t total = 0;
+  for (auto& s : sinks) total += s->GetTotalRx();
+  return total;
 }
 
 void Setup(uint32_t seed) {
@@ -142,6 +153,7 @@ void Routes() { Ipv4GlobalRoutingHelper::PopulateRoutingTables(); }
 
 void Reset() {
   sockets.clear();
+  sinks.clear();
   Simulator::Destroy();
 }
 
