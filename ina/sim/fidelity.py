@@ -42,6 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="cross traffic schedule on the downlinks (the switch's ports)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="runs per scenario and backend (seeds SEED..SEED+N-1), averaged: random loss "
+        "draws differ between the backends, so only their means can agree",
+    )
 
 
 def scenarios(args) -> dict[str, NetworkSpec]:
@@ -86,28 +93,33 @@ def compare(args) -> list[dict]:
     from ina.sim import ns3net
 
     rows = []
-    for name, spec in scenarios(args).items():
-        ns3 = sim_allreduce.run(replace(spec, backend="ns3"), int(args.size), args.iters)
-        fast_spec = spec
-        share = None
-        if spec.down.capacity:
-            share = tcp_share(spec, ns3, int(ns3net.load().CrossBytes()))
-            fast_spec = replace(
-                spec, down=replace(spec.down, capacity=f"{spec.down.capacity}:share={share:.4f}")
+    for name in scenarios(args):
+        runs: dict[str, list[dict]] = {"ns-3": [], "fast": []}
+        shares = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            spec = scenarios(argparse.Namespace(**{**vars(args), "seed": seed}))[name]
+            ns3 = sim_allreduce.run(
+                replace(spec, backend="ns3"), int(args.size), args.iters, seed=seed
             )
-        fast = sim_allreduce.run(fast_spec, int(args.size), args.iters)
-        for backend, r in (("ns-3", ns3), ("fast", fast)):
+            fast_spec = spec
+            if spec.down.capacity:
+                shares.append(tcp_share(spec, ns3, int(ns3net.load().CrossBytes())))
+                capacity = f"{spec.down.capacity}:share={shares[-1]:.4f}"
+                fast_spec = replace(spec, down=replace(spec.down, capacity=capacity))
+            runs["ns-3"].append(ns3)
+            runs["fast"].append(sim_allreduce.run(fast_spec, int(args.size), args.iters, seed=seed))
+        for backend, rs in runs.items():
             rows.append(
                 {
                     "scenario": name,
                     "backend": backend,
-                    "share": share,
-                    "step_s": float(np.mean(r["call_seconds"])),
-                    "queue_up_s": r["queue_delay_up_s"],
-                    "queue_down_s": r["queue_delay_down_s"],
-                    "retransmissions": r["retransmissions"],
-                    "exact": r["exact"],
-                    "wall_s": r["wall_seconds"],
+                    "share": float(np.mean(shares)) if shares else None,
+                    "step_s": float(np.mean([np.mean(r["call_seconds"]) for r in rs])),
+                    "queue_up_s": float(np.mean([r["queue_delay_up_s"] for r in rs])),
+                    "queue_down_s": float(np.mean([r["queue_delay_down_s"] for r in rs])),
+                    "retransmissions": int(sum(r["retransmissions"] for r in rs)),
+                    "exact": all(r["exact"] for r in rs),
+                    "wall_s": float(sum(r["wall_seconds"] for r in rs)),
                 }
             )
     return rows
@@ -155,8 +167,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"ina sim fidelity: the ns-3 backend is unavailable: {why}", file=sys.stderr)
         return 2
     try:
-        if args.size < 1 or args.iters < 1 or not 0 <= args.loss < 1:
-            raise ValueError("--size and --iters must be >= 1, --loss in [0, 1)")
+        if args.size < 1 or args.iters < 1 or args.seeds < 1 or not 0 <= args.loss < 1:
+            raise ValueError("--size, --iters and --seeds must be >= 1, --loss in [0, 1)")
         scenarios(args)
     except ValueError as e:
         print(f"ina sim fidelity: {e}", file=sys.stderr)
