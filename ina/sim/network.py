@@ -134,6 +134,10 @@ class NetworkSpec:
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
             raise ValueError(f"pool size must be a power of two, got {self.pool_size}")
         self.worker_config(0)  # the transport's own checks (timers)
+        if self.backend == "ns3":
+            from ina.sim.ns3net import check  # what ns-3 models (no ns-3 import)
+
+            check(self)
 
     def worker_config(self, worker_id: int) -> WorkerConfig:
         return WorkerConfig(

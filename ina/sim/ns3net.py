@@ -220,8 +220,12 @@ class _Wiring:
         self.links[link_id].arrived(now, ctypes.string_at(ptr, length), sent)
 
 
-def _check(spec: NetworkSpec) -> None:
-    """What the ns-3 backend models, as one-line errors."""
+def check(spec: NetworkSpec) -> None:
+    """What the ns-3 backend models, and whether it can run here, as one-line errors
+    (`NetworkSpec` calls it for ``backend="ns3"``)."""
+    why = unavailable()
+    if why:
+        raise ValueError(f"the ns-3 backend is unavailable: {why}")
     if spec.timing_only:
         raise ValueError("the ns-3 backend simulates every worker: no --timing-only")
     for name, link in (("up", spec.up), ("down", spec.down)):
@@ -242,8 +246,8 @@ def _check(spec: NetworkSpec) -> None:
 
 
 def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
-    """The network of ``spec`` in ns-3 (see the module docstring); run it with `SimNetwork.run`."""
-    _check(spec)
+    """The network of ``spec`` in ns-3 (see the module docstring); run it with `SimNetwork.run`.
+    ``spec`` was checked (`check`) when it was made."""
     glue = load()
     glue.Reset()  # one ns-3 network per process at a time: drop the previous one
     glue.Setup(spec.seed)

@@ -46,7 +46,8 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
     g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
     g.add_argument("--engine", default="simpy", choices=sorted(ENGINES), help="event kernel")
     g.add_argument(
-        "--backend",
+        "--sim-backend" if train else "--backend",  # `ina train --backend` is ina or gloo
+        dest="sim_backend",
         default="fast",
         choices=BACKENDS,
         help="fast: our engine and link models; ns3: ns-3's links, queues and TCP cross "
@@ -95,7 +96,7 @@ def network_spec(
         pool_size=pool_size,
         seed=seed if args.sim_seed is None else args.sim_seed,
         engine=args.engine,
-        backend=getattr(args, "backend", "fast"),
+        backend=getattr(args, "sim_backend", "fast"),
         rto_s=units.seconds(args.rto, "rto"),
         min_rto_s=units.seconds(args.min_rto, "min rto"),
         timing_only=timing_only,
