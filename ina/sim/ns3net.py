@@ -268,7 +268,14 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     ns.InternetStackHelper().Install(nodes)
 
     def buffer(link: LinkSpec) -> int:
-        return int(link.buffer_bytes) if link.buffer_bytes else 1 << 40
+        # the fast engine's buffer holds the packets waiting and the one being sent; ns-3's
+        # device queue only those waiting (it dequeues a packet to send it): one INA frame
+        # less, so both admit the same INA packets
+        if not link.buffer_bytes:
+            return 1 << 40
+        if link.buffer_bytes < frame:
+            raise ValueError(f"a buffer of {link.buffer_bytes:g} B holds no {frame}-byte frame")
+        return int(link.buffer_bytes) - frame
 
     addrs = []
     for w in range(n):  # worker side: up rate, up buffer; receives with down loss
