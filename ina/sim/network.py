@@ -48,6 +48,7 @@ from ina.switch_model.tables import local_job
 JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
 PLACEMENTS = ("separate", "shared")
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
+BACKENDS = ("fast", "ns3")
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ class NetworkSpec:
     pool_size: int = 64
     seed: int = 0
     engine: str = "simpy"
+    # "fast": our engine and link models; "ns3": ns-3's links, queues and TCP cross traffic
+    # (packet-level fidelity, `ina.sim.ns3net`), the same workers and switch
+    backend: str = "fast"
     rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
@@ -136,6 +140,8 @@ class NetworkSpec:
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
                     )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
@@ -154,6 +160,10 @@ class NetworkSpec:
                 f"{self.jobs * self.pool_size}; the switch has {self.switch_slots}"
             )
         self.worker_config(0)  # the transport's own checks (timers)
+        if self.backend == "ns3":
+            from ina.sim.ns3net import check  # what ns-3 models (no ns-3 import)
+
+            check(self)
 
     def worker_config(self, worker_id: int, job: int = 0) -> WorkerConfig:
         """Worker ``worker_id`` of job ``job`` (counted from 0)."""
@@ -304,6 +314,10 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     (a test compares them), with one worker's memory and work. With several jobs, one
     representative per job (on one host, when the jobs share hosts).
     """
+    if spec.backend == "ns3":
+        from ina.sim import ns3net  # imports ns-3 only when asked for
+
+        return ns3net.build(spec, codec_time)
     engine = make_engine(spec.engine)
     per_job = 1 if spec.timing_only else spec.workers
     modelled = spec.jobs * per_job
