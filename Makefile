@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+NS3    := $(VENV)/.ns3-installed
 WORKERS ?= 4
 
 TOPO      ?= single_4
@@ -28,10 +29,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned to the CPU build on this machine's disk; an open range pulls CUDA.
 	$(PY) -m pip install --quiet -e '.[dev]'
-	# the ns-3 backend (docs/simulation.md): cppyy builds from source (g++, Python headers);
-	# where it cannot, its tests skip with the reason and everything else runs
-	$(PY) -m pip install --quiet -e '.[ns3]' || echo "make: the ns3 extra did not install; ns-3 backend tests will skip"
 	touch $(STAMP)
+
+# The ns-3 backend (docs/simulation.md), for the tests only (make train does not wait for it):
+# cppyy builds from source (g++, Python headers; several minutes); where it cannot, its tests
+# skip with the reason and everything else runs.
+$(NS3): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ns3]' || echo "make: the ns3 extra did not install; ns-3 backend tests will skip"
+	touch $(NS3)
 
 venv: $(STAMP)
 
@@ -41,7 +46,7 @@ train: $(STAMP)
 run: $(STAMP)
 	$(PY) -m ina allreduce --workers $(WORKERS)
 
-test: $(STAMP)
+test: $(STAMP) $(NS3)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
