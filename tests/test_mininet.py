@@ -26,7 +26,7 @@ from bmv2_topologies.launch import (
     same_process,
     stop_leftovers,
 )
-from ina.protocol import P4_LANES
+from ina.protocol import HEADER_BYTES, P4_LANES
 
 HERE = Path(__file__).resolve().parent.parent / "bmv2_topologies"
 
@@ -212,8 +212,10 @@ def test_allreduce_across_three_mininet_hosts(kind, tmp_path, request):
     # every packet in is one of: a counted contribution, a counted JOIN, a duplicate, stale
     counted = c["aggregated"][0] + c["joins"][0] + c["duplicates"][0] + c["drop_stale"][0]
     assert counted == c["packets_in"][0]
-    assert c["result_packets"][0] == 3 * c["results"][0] + c["retx_replies"][0]
-    frame = 42 + 20 + 4 * lanes
+    # result copies: 3 per completed slot and per completed run join (docs/protocol.md)
+    runs = c["runs"][0]
+    assert c["result_packets"][0] == 3 * (c["results"][0] + runs) + c["retx_replies"][0]
+    frame = 42 + HEADER_BYTES + 4 * lanes
     assert c["packets_in"][1] == c["packets_in"][0] * frame
     per_worker = [c[f"worker_contributions[0][{w}]"][0] for w in range(3)]
     assert per_worker == [c["results"][0]] * 3

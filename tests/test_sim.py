@@ -166,3 +166,48 @@ def test_bad_options_are_one_line_errors(args, message):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "switch", [SwitchSpec(), SwitchSpec(rate_bps=200e9, latency_s=2e-6)], ids=["line", "200G"]
+)
+@pytest.mark.parametrize("workers", [2, 5, 8])
+def test_timing_only_agrees_with_every_worker_simulated(workers, switch):
+    link = LinkSpec(rate_bps=25e9, prop_delay_s=2e-6, profile="constant:delay_s=1e-6")
+    full = run(spec(workers=workers, up=link, down=link, switch=switch), 60_000, 3)
+    one = run(spec(workers=workers, up=link, down=link, switch=switch, timing_only=True), 60_000, 3)
+    # the run's first call also joins it: with N workers, all but the one whose JOIN
+    # completes the run spend one more round trip on the probe for their own nonce
+    assert one["call_seconds"][1:] == pytest.approx(full["call_seconds"][1:], rel=0, abs=1e-12)
+    assert 0 < full["call_seconds"][0] - one["call_seconds"][0] < 20e-6
+    assert one["exact"] and one["packets_on_links"] * workers == pytest.approx(
+        full["packets_on_links"], rel=0.01
+    )
+
+
+def test_timing_only_scales_past_the_bitmap_and_refuses_asymmetric_links():
+    r = run(spec(workers=1024, timing_only=True), 200_000, 1)
+    frames = chunks(200_000) * FRAME * 8 / 100e9
+    assert frames < r["call_seconds"][0] < frames + 20e-6
+    with pytest.raises(ValueError, match="deterministic links"):
+        spec(workers=64, timing_only=True, up=LinkSpec(loss=0.01))
+    with pytest.raises(ValueError, match=r"workers must be 1\.\.32"):
+        spec(workers=64)
+
+
+def test_ina_against_ring_approaches_the_bandwidth_bound_and_beats_it_when_latency_counts():
+    from ina.sim.baselines import allreduce_time, bound
+    from ina.sim.compare import compare
+
+    slow = LinkSpec(rate_bps=1e9)  # bandwidth-bound: a step's segment takes far longer
+    r = compare(spec(workers=64, up=slow, down=slow, timing_only=True), 1_000_000)
+    assert r["ring"] / r["ina"] == pytest.approx(bound("ring", 64), rel=0.05)
+    assert r["halving-doubling"] == pytest.approx(r["ring"], rel=0.05)  # the same bytes
+    # small messages: the ring's 2(N-1) latencies dominate, halving-doubling has 2 log2 N
+    small = compare(spec(workers=64, timing_only=True), 10_000)
+    assert small["ring"] / small["ina"] > 3 * bound("ring", 64)
+    assert small["halving-doubling"] < small["ring"] / 3
+    ring = allreduce_time(spec(workers=8), 80_000, "ring")
+    assert ring["bytes_sent_per_worker"] == 2 * 7 * chunks(10_000) * FRAME
+    with pytest.raises(ValueError, match="power-of-two"):
+        allreduce_time(spec(workers=6), 1000, "halving-doubling")

@@ -25,6 +25,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=1_000_000, help="float32 values per call")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--no-train", action="store_true", help="skip the ina train --sim run")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="also: wall time of one timing-only allreduce against N (8-4096) and size",
+    )
+
+
+def scale_table() -> None:
+    """Wall time of one timing-only INA allreduce at 100 Gbit/s, against N and size: one
+    representative worker stands for all, so it grows with the size, not with N."""
+    print("\n| workers | values | simulated ms | wall s | packets simulated |")
+    print("|---:|---:|---:|---:|---:|")
+    for workers, n in [(w, 25_000_000) for w in (8, 64, 512, 1024, 4096)] + [
+        (1024, n) for n in (100_000, 1_000_000, 10_000_000)
+    ]:
+        spec = NetworkSpec(workers=workers, timing_only=True)
+        r = run(spec, n, 1)
+        print(
+            f"| {workers} | {n:,} | {1e3 * r['sim_seconds']:.3f} | {r['wall_seconds']:.1f} | "
+            f"{r['packets_on_links']:,} |",
+            flush=True,
+        )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -44,6 +66,8 @@ def main(args: argparse.Namespace) -> int:
             f"{r['packets_on_links']:,} | {r['wall_packets_per_second']:,.0f} | {r['events']:,} |",
             flush=True,
         )
+    if args.scale:
+        scale_table()
     if args.no_train:
         return 0
     with tempfile.TemporaryDirectory() as out:

@@ -51,19 +51,24 @@ instead of filling them with a whole pool and waiting for timeouts (a retransmis
 8 workers, each with a whole pool in flight, queued at the switch until the queueing delay
 outgrew the timeout). It is delay-based, like TCP Vegas:
 
-- the base round trip is the least ever seen; while the *least* sample of a batch exceeds
-  it by more than ``queue_target`` base round trips (and a quarter of ``min_rto``), the
-  window shrinks in proportion to the excess, at most once per round trip. The least,
-  because a queue delays every packet while a lost contribution delays only its own chunk
-  (for every worker: a chunk's round trip includes the slowest worker's recovery);
-- it does not shrink while loss recovery is under way (a timeout within the last two
-  timeouts): the delay target sits far below the timeout, so a growing queue is caught
-  before it causes one, and timeouts mostly mean random loss here. Timeouts leave the window
-  alone too: halving on each, as TCP does, collapsed it to one chunk at 5 % loss;
-- otherwise it grows by about one chunk per window's worth of results; it starts at a few
-  chunks and doubles per round trip until the first cut (TCP's slow start): a whole pool
-  sent at once on a slow link queued past the first timeout, before any round trip had been
-  measured, and the retransmissions fed the queue further.
+- the base round trip is the least sample ever seen; while the *least of the last*
+  ``RECENT_SAMPLES`` samples exceeds it by more than ``queue_target`` base round trips (and
+  a quarter of ``min_rto``), the window shrinks in proportion to the excess, at most once
+  per round trip. The least of several, because a queue delays every packet while random
+  loss delays only some chunks (a chunk's round trip includes the slowest worker's
+  recovery): loss does not shrink the window, queueing does. Timeouts leave the window
+  alone too (halving on each, as TCP does, collapsed it to one chunk at 5 % loss). The
+  delay target sits far below the timeout, so a growing queue is caught before it causes
+  one. (Two designs that failed: suppressing cuts while timeouts were recovering, where
+  queue-induced timeouts froze the window open and retransmissions fed the queue; and the
+  least sample of a whole round trip, which includes packets sent before the window grew
+  and so hid the queue a doubling was building);
+- otherwise it grows by about one chunk per window's worth of results. It starts at a few
+  chunks and doubles per round trip (TCP's slow start) until a round's least sample passes
+  half the target: a whole pool sent at once on a slow link queued past the first timeout
+  before any round trip had been measured, and a doubling past the target did the same.
+  (An earlier design suppressed cuts while timeouts were recovering; queue-induced
+  timeouts then froze the window open, and retransmissions fed the queue: a storm.)
 
 ``window_control=False`` keeps the window at the pool.
 
@@ -75,7 +80,8 @@ up to ``max_rto``, for new chunks too (RFC 6298 5.5), until a clean sample reset
 switch answers a retransmission with the stored result (slot complete) or with PENDING and
 the bitmap of workers it has heard from, so a chunk that never completes fails after
 ``timeout`` with an error naming the missing workers.
-The timeout follows RFC 6298's estimator, fed with Karn samples: only chunks never
+The timeout follows RFC 6298's estimator (and at least twice the smoothed round trip), fed
+with Karn samples: only chunks never
 retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
 
 All per-packet work is vectorized over the batch of datagrams a driver hands in.
@@ -104,6 +110,10 @@ from ina.protocol import (
 
 _MASK32 = (1 << 32) - 1
 INITIAL_WINDOW = 8  # chunks: a whole pool at once can queue past the first timeout
+# the window is judged on the least of this many latest samples: a queue delays them all,
+# while if each chunk's round trip were stretched by a loss somewhere with probability 1/2,
+# all 8 would be with probability 1/256
+RECENT_SAMPLES = 8
 _REPLY = int(Flag.RESULT | Flag.PENDING)
 _JOIN = int(Op.JOIN)
 
@@ -255,9 +265,9 @@ class TransportCore:
         self._srtt = 0.0
         self._rttvar = 0.0
         self._base_rtt = np.inf  # the least round trip seen: the path without queues
-        self._last_cut = -np.inf  # when the window last shrank (once per round trip)
         self._backoff_until = -np.inf  # the timeout doubles at most once per timeout period
-        self._recovering_until = -np.inf  # loss recovery under way: delays are not queues
+        self._recent = np.zeros(0)  # the last RECENT_SAMPLES round-trip samples
+        self._last_cut = -np.inf  # when the window last shrank (once per round trip)
         self._join: _Join | None = None
         self._call: _Call | None = None
         self._result: Reduced | None = None
@@ -335,7 +345,6 @@ class TransportCore:
         # One shared backoff, doubled at most once per timeout period: chunks expiring one
         # after another are one loss event, not many (doubling per chunk as well made the
         # timeout grow doubly exponentially, to max_rto after a few losses).
-        self._recovering_until = now + 2 * self.rto
         if now >= self._backoff_until:
             self.rto = min(2 * self.rto, self.cfg.max_rto)
             self._backoff_until = now + self.rto
@@ -580,30 +589,33 @@ class TransportCore:
         self._sends.append((buf, rows, at))
 
     def _adapt_window(self, rtt: np.ndarray, now: float) -> None:
-        """Delay-based window control (see the module docstring)."""
+        """Delay-based window control (see the module docstring): the least of the last
+        ``RECENT_SAMPLES`` samples against the base round trip."""
         if not self.cfg.window_control:
             return
-        least = float(rtt.min())
-        self._base_rtt = min(self._base_rtt, least)
+        self._base_rtt = min(self._base_rtt, float(rtt.min()))
+        if self._slow_start:  # one more chunk per result: doubles every round trip
+            self.window = min(self.window + rtt.size, float(self.cfg.pool_size))
+        else:  # one more chunk per window of results
+            self.window = min(self.window + rtt.size / self.window, float(self.cfg.pool_size))
+        recent = np.concatenate([self._recent, rtt])[-RECENT_SAMPLES:]
+        self._recent = recent
+        if recent.size < RECENT_SAMPLES:
+            return
+        least = float(recent.min())
         # queueing allowed: queue_target base round trips, and never less than a quarter of
         # min_rto (a storm needs queues near the timeout; below that, host jitter on a busy
         # machine looks like queueing and would shrink the window for nothing)
         queue = max(self.cfg.queue_target * self._base_rtt, self.cfg.min_rto / 4)
-        target = self._base_rtt + queue
-        if least > target and now >= self._recovering_until:
+        if least > self._base_rtt + queue:
             self._slow_start = False
-            self._cut(now, max(0.5, 1 - 0.5 * (least - target) / least))
-        elif self._slow_start:  # one more chunk per result: doubles every round trip
-            self.window = min(self.window + rtt.size, float(self.cfg.pool_size))
-        else:  # one more chunk per window of results
-            self.window = min(self.window + rtt.size / self.window, float(self.cfg.pool_size))
-
-    def _cut(self, now: float, factor: float) -> None:
-        """Shrink the window by ``factor``, at most once per round trip."""
-        if not self.cfg.window_control or now - self._last_cut < self._srtt:
-            return
-        self.window = max(1.0, self.window * factor)
-        self._last_cut = now
+            if now - self._last_cut >= self._srtt:  # once per round trip
+                excess = least - self._base_rtt - queue
+                self.window = max(1.0, self.window * max(0.5, 1 - excess / least))
+                self._last_cut = now
+        elif self._slow_start and least > self._base_rtt + queue / 2:
+            self._slow_start = False  # half the target already: leave slow start before a
+            # doubling overshoots it (HyStart's idea); the queue must stay under the timeout
 
     def _update_rto(self, rtt: np.ndarray) -> None:
         """RFC 6298's estimator, fed the batch's samples in one step (their mean and spread):
@@ -615,7 +627,11 @@ class TransportCore:
             dev = abs(self._srtt - m) + (float(rtt.max()) - m)  # cheaper than a std
             self._rttvar = 0.75 * self._rttvar + 0.25 * dev
             self._srtt = 0.875 * self._srtt + 0.125 * m
-        self.rto = min(max(self._srtt + 4 * self._rttvar, self.cfg.min_rto), self.cfg.max_rto)
+        # and never under twice the smoothed round trip: on a steady path rttvar falls to
+        # almost nothing, and the next burst (a call's first window, sent at once) would
+        # time out spuriously (TCP gets this margin from its 200 ms minimum)
+        rto = max(self._srtt + 4 * self._rttvar, 2 * self._srtt, self.cfg.min_rto)
+        self.rto = min(rto, self.cfg.max_rto)
 
     def _where(self) -> str:
         return f"job {self.cfg.job_id}, worker {self.cfg.worker_id}"

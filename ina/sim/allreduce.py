@@ -26,7 +26,15 @@ from ina.sim.options import add_network_arguments, describe, network_spec
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--size", type=int, default=1_000_000, help="float32 values per tensor")
+    p.add_argument(
+        "--size", "--params", type=float, default=1_000_000, help="float32 values per tensor"
+    )
+    p.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="one representative worker stands for all (identical deterministic links): "
+        "any number of workers, one worker's memory (docs/simulation.md)",
+    )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     p.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
@@ -50,7 +58,7 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
     net = build(spec)
     workers = workers_for(net, density)
     rng = np.random.default_rng(seed)
-    tensors = [rng.standard_normal(size).astype(np.float32) for _ in range(spec.workers)]
+    tensors = [rng.standard_normal(size).astype(np.float32) for _ in net.workers]
 
     def program(w: int):
         calls = []
@@ -61,7 +69,7 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
         return calls
 
     wall0 = time.perf_counter()
-    per_worker = net.run([program(w) for w in range(spec.workers)])
+    per_worker = net.run([program(w) for w in range(len(net.workers))])
     wall = time.perf_counter() - wall0
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
@@ -72,6 +80,7 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
         "model": describe(spec),
         "size": size,
         "iters": iters,
+        "timing_only": spec.timing_only,
         "density": density,
         "exact": bool(exact),
         "call_seconds": [max(c[i] for c in per_worker) for i in range(iters)],
@@ -88,7 +97,10 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
 
 
 def print_result(r: dict) -> None:
-    print(f"model: {r['model']}")
+    print(
+        f"model: {r['model']}"
+        + (" (timing only: one worker stands for all)" if r["timing_only"] else "")
+    )
     print(f"{r['size']} float32 values per worker, {r['iters']} calls, density {r['density']:g}")
     for i, s in enumerate(r["call_seconds"]):
         print(f"  call {i}: {s * 1e6:12.2f} us simulated")
@@ -105,11 +117,14 @@ def print_result(r: dict) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        if args.size < 0 or args.iters < 1:
-            raise ValueError("--size must be >= 0 and --iters >= 1")
+        if args.size < 0 or args.size != int(args.size) or args.iters < 1:
+            raise ValueError("--size must be a whole number >= 0 and --iters >= 1")
+        args.size = int(args.size)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
-        spec = network_spec(args, args.workers, args.lanes, args.pool, seed=args.seed)
+        spec = network_spec(
+            args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+        )
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2

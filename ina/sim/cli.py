@@ -1,4 +1,4 @@
-"""`ina sim {allreduce,validate}`: the virtual-time simulator's commands
+"""`ina sim {allreduce,validate,compare}`: the virtual-time simulator's commands
 (`ina train --sim` runs training in it)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 COMMANDS = {
     "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
     "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
+    "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
 }
 
 

@@ -39,6 +39,7 @@ from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
 
 JOB_ID = 1
+MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,25 @@ class NetworkSpec:
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
     timeout_s: float = 10.0
+    # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
+    # every worker's links alike and deterministic, allows any number of workers.
+    timing_only: bool = False
 
     def __post_init__(self) -> None:
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise ValueError(f"workers must be 1..{MAX_WORKERS} per job, got {self.workers}")
+        most = MAX_TIMING_WORKERS if self.timing_only else MAX_WORKERS
+        if not 1 <= self.workers <= most:
+            raise ValueError(
+                f"workers must be 1..{most} per job{' (timing only)' if self.timing_only else ''}"
+                f", got {self.workers}"
+            )
+        if self.timing_only:
+            for link in (self.up, self.down):
+                name, _ = parse_profile(link.profile)
+                if link.loss or name not in ("none", "constant"):
+                    raise ValueError(
+                        "timing only needs deterministic links (no loss, delay profile none or "
+                        "constant): one worker stands for all, so all must see the same"
+                    )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
@@ -117,7 +133,7 @@ class NetworkSpec:
         return WorkerConfig(
             job_id=JOB_ID,
             worker_id=worker_id,
-            num_workers=self.workers,
+            num_workers=min(self.workers, MAX_WORKERS),
             switch=("sim", 0),
             bind=("sim", worker_id),
             pool_size=self.pool_size,
@@ -242,28 +258,46 @@ class SimNetwork:
 
 
 def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
-    """Wire the network of ``spec`` (see the module docstring)."""
+    """Wire the network of ``spec`` (see the module docstring).
+
+    Timing only (``spec.timing_only``): with every worker's links alike and deterministic,
+    every worker sends and receives at the same times, so one worker, running the real
+    transport core and program, stands for all N. The switch's job has that one worker (each
+    of its packets completes its slot, as the last of N identical contributions would), its
+    processing queue counts each packet N times (the N contributions it stands for), and its
+    result leaves on one downlink of the N identical ones. Same simulated times as N workers
+    (a test compares them), with one worker's memory and work.
+    """
     engine = make_engine(spec.engine)
+    modelled = 1 if spec.timing_only else spec.workers
     pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
-    install_job_spec(pipeline, local_job(JOB_ID, spec.workers, spec.pool_size))
+    install_job_spec(pipeline, local_job(JOB_ID, modelled, spec.pool_size))
     root = np.random.SeedSequence(spec.seed)
-    nonce_seed, *link_seeds = root.spawn(1 + 2 * spec.workers)
-    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, spec.workers, dtype=np.uint64)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * modelled)
+    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, modelled, dtype=np.uint64)
     cap_seed = spec.seed
     frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
-    ups = [link_emulator(spec.up, link_seeds[2 * w], cap_seed) for w in range(spec.workers)]
-    downs = [link_emulator(spec.down, link_seeds[2 * w + 1], cap_seed) for w in range(spec.workers)]
+    ups = [link_emulator(spec.up, link_seeds[2 * w], cap_seed) for w in range(modelled)]
+    downs = [link_emulator(spec.down, link_seeds[2 * w + 1], cap_seed) for w in range(modelled)]
     up_min = min(min_latency(e, frame) for e in ups)
     down_min = min(min_latency(e, frame) for e in downs)
     switch_min = spec.switch.latency_s + (
         0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
     )
     switch = SwitchNode(
-        engine, pipeline, up_min, rate_bps=spec.switch.rate_bps, latency=spec.switch.latency_s
+        engine,
+        pipeline,
+        up_min,
+        rate_bps=spec.switch.rate_bps,
+        latency=spec.switch.latency_s,
+        weight=spec.workers if spec.timing_only else 1,
     )
     workers = []
-    for w in range(spec.workers):
-        core = TransportCore(spec.worker_config(w), nonce=int(nonces[w]))
+    for w in range(modelled):
+        cfg = spec.worker_config(w)
+        if spec.timing_only:  # the representative is the job's only member on the switch
+            cfg = replace(cfg, num_workers=1)
+        core = TransportCore(cfg, nonce=int(nonces[w]))
         node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
         node.uplink = Link(ups[w], switch.arrive)
         switch.ports[(JOB_ID, w)] = Link(downs[w], node.deliver)

@@ -157,6 +157,8 @@ class SwitchNode:
         rate_bps: how fast the pipeline takes packets (bits of frame per second); None:
             at any rate (the ports are the bottleneck, as on a line-rate switch).
         latency: the pipeline's latency, seconds.
+        weight: how many workers' packets each packet stands for in the processing queue
+            (timing only: one representative worker for N, `ina.sim.network.build`).
     """
 
     def __init__(
@@ -166,9 +168,11 @@ class SwitchNode:
         lookahead: float,
         rate_bps: float | None = None,
         latency: float = 0.0,
+        weight: int = 1,
     ) -> None:
         self.engine = engine
         self.pipeline = pipeline
+        self.weight = weight
         self.lookahead = lookahead
         self.latency = latency
         self.queue = LinkEmulator(rate_bps=rate_bps)  # the processing queue (no loss, no delay)
@@ -191,7 +195,7 @@ class SwitchNode:
             self._wake.request(max(self.inbox.first, self.engine.now))
 
     def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        done = self.queue.admit_batch(t, lengths + FRAME_OVERHEAD) + self.latency
+        done = self.queue.admit_batch(t, (lengths + FRAME_OVERHEAD) * self.weight) + self.latency
         if self._out.data.shape[0] < t.size:
             self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
         out = self._out
@@ -375,6 +379,7 @@ class WorkerNode:
         is complete."""
         sends = self.core.pop_sends()
         if sends and self.uplink is not None:
+
             def times_of(rows: np.ndarray, at) -> np.ndarray:
                 return at if isinstance(at, np.ndarray) else np.full(rows.size, float(at))
 

@@ -61,6 +61,7 @@ def network_spec(
     seed: int = 0,
     rate: str | None = None,
     profile: str | None = None,
+    timing_only: bool = False,
 ) -> NetworkSpec:
     """The `NetworkSpec` the options describe (ValueError: a one-line reason); ``rate`` and
     ``profile`` replace ``--link-rate``/``--link-profile`` (`ina train`'s own options)."""
@@ -89,6 +90,7 @@ def network_spec(
         engine=args.engine,
         rto_s=units.seconds(args.rto, "rto"),
         min_rto_s=units.seconds(args.min_rto, "min rto"),
+        timing_only=timing_only,
     )
 
 
