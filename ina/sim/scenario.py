@@ -125,6 +125,21 @@ class Scenario:
             f"scenario {self.name}: no compute profile for model {model!r} (and no 'default')"
         )
 
+    def models(
+        self,
+        model: str,
+        workers: int | None = None,
+        lanes: int = 256,
+        pool: int = 128,
+        seed: int = 0,
+        compute: str | None = None,
+        codec: str | None = None,
+    ) -> tuple[NetworkSpec, str, str]:
+        """(network, compute profile, codec profile) of a job training ``model`` here;
+        ``compute``/``codec`` replace the scenario's profiles when given."""
+        spec = self.network(workers, lanes, pool, seed)
+        return spec, compute or self.compute_for(model), codec or self.codec
+
     def with_links(self, **changes) -> Scenario:
         """The same scenario with both directions' links changed alike."""
         return replace(self, up=replace(self.up, **changes), down=replace(self.down, **changes))
@@ -150,7 +165,7 @@ class Scenario:
             ]
         if cap.startswith("trace:") or profile.startswith("timeline:"):
             return self._timeline_states()
-        if profile.startswith("high"):
+        if profile.startswith("high") and not _high_is_steady(profile):
             from ina.experiments.dc2_bound import congested_fraction
 
             f, _shared = congested_fraction(profile, self.workers)
@@ -193,6 +208,41 @@ class Scenario:
 
 
 _HIGH_ALWAYS_ON = ":episode_off_s=1e-9:episode_on_s=1e9"
+
+
+def _high_is_steady(profile: str) -> bool:
+    """A ``high`` profile held in one state: no episode delay, or an episode held for ever."""
+    from ina.netem import parse_profile
+
+    _, params = parse_profile(profile)
+    return params.get("episode_delay_s", 1.0) == 0 or params.get("episode_off_s", 1.0) <= 1e-6
+
+
+# The synthetic capacity/delay trace shipped as traces/wan.txt (`synthetic_timeline`): the
+# congested states (share of the rate left, extra delay in ms) and the lognormal durations.
+WAN_STATES = ((0.1, 1.0), (0.02, 4.0))
+WAN_MEDIAN_QUIET_S, WAN_MEDIAN_CONGESTED_S, WAN_SIGMA = 0.4, 0.25, 0.5
+
+
+def synthetic_timeline(seed: int = 15, period_s: float = 8.0) -> str:
+    """A capacity/delay timeline (``TIME_S SHARE DELAY_MS`` lines, `ina.netem.read_timeline`):
+    quiet periods (share 1, no extra delay) alternate with congestion drawn from
+    `WAN_STATES`, each period lognormal around its median, cut at ``period_s`` (the loop).
+    Deterministic from ``seed``; traces/wan.txt is ``synthetic_timeline(15)``."""
+    rng = np.random.default_rng(seed)
+    lines = [f"# synthetic_timeline(seed={seed}, period_s={period_s:g}): TIME_S SHARE DELAY_MS"]
+    t, quiet = 0.0, True
+    while t < period_s:
+        if quiet:
+            share, delay_ms, median = 1.0, 0.0, WAN_MEDIAN_QUIET_S
+        else:
+            share, delay_ms = WAN_STATES[int(rng.integers(len(WAN_STATES)))]
+            median = WAN_MEDIAN_CONGESTED_S
+        lines.append(f"{t:.3f} {share:g} {delay_ms:g}")
+        t = round(t + float(median * rng.lognormal(0.0, WAN_SIGMA)), 3)
+        quiet = not quiet
+    lines.append(f"{period_s:.3f} 1 0")
+    return "\n".join(lines) + "\n"
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -270,7 +320,7 @@ def parse_scenario(data: object, name: str, base: Path, where: str | None = None
     if not isinstance(workers, int) or isinstance(workers, bool):
         raise _fail(where, f"'workers' must be a whole number, got {workers!r}")
     try:
-        for model, text in compute.items():
+        for text in compute.values():
             parse_compute(str(text))
         codec = str(data.get("codec", "measured"))
         parse_codec(codec)
