@@ -49,7 +49,7 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
                 scale = 100 if col == "test_acc" else 1
                 ax.plot(t, [scale * x for x in v], color=colors[c.spec], lw=1.2,
                         ls="-" if c.kind == "dc2" else "--", label=label(c))  # fmt: skip
-            target = wl.default_target * (100 if col == "test_acc" else 1)
+            target = args.target_map.get(w, wl.default_target) * (100 if col == "test_acc" else 1)
             ax.axhline(target, color="grey", lw=0.8, ls=":")
             ax.set_xscale("log")
             ax.set_title(name, fontsize=10)
@@ -167,7 +167,7 @@ def plot_regret(table: dict, args, out: Path) -> list[Path]:
                       rotation=20)  # fmt: skip
         ax.set_yscale("log")
         ax.set_ylabel("time to target / best fixed level's")
-        ax.set_title(f"{w}: regret per method and scenario (top of the chart: not reached)")
+        ax.set_title(f"{w}: regret per method and scenario (at the top: not reached)", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
