@@ -71,3 +71,4 @@ def test_worst_regret_and_oracle_capture():
     assert oracle_capture(130, 100, 100) == pytest.approx(1.0)
     assert oracle_capture(130, math.inf, 100) == 0.0
     assert math.isnan(oracle_capture(100, 90, 100))  # the oracle gains nothing
+    assert math.isnan(oracle_capture(1.1, 1.2, 1.1 * (1 - 1e-15)))  # ... up to rounding

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping
 
+_NO_GAIN = 1e-6  # an oracle within rounding of the best fixed level gains nothing
 Level = Hashable  # a density (1.0 = dense), or any name for a fixed configuration
 
 
@@ -94,8 +95,10 @@ def oracle_capture(best_fixed: float, method: float, oracle: float) -> float:
     ``(best_fixed / method - 1) / (best_fixed / oracle - 1)`` (nan when the oracle gains
     nothing)."""
     gain = best_fixed / oracle - 1
-    if not gain > 0 or math.isinf(method):
-        return math.nan if not gain > 0 else 0.0
+    if not gain > _NO_GAIN:
+        return math.nan
+    if math.isinf(method):
+        return 0.0
     return (best_fixed / method - 1) / gain
 
 
