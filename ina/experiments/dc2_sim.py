@@ -383,12 +383,12 @@ def goals(table: dict, configs: list[Config]) -> list[tuple[str, bool | None, st
             worst, where = rg.worst_regret(reg, law.spec)
             out.append((f"{w}: {label(law)} within {GOAL_REGRET}x of the best fixed level in "
                         f"every scenario", worst <= GOAL_REGRET,
-                        f"worst {worst:.2f}x ({where})"))  # fmt: skip
+                        f"worst {worst:.3f}x ({where})"))  # fmt: skip
         for c in fixed:
             worst, where = rg.worst_regret(reg, c.spec)
             out.append((f"{w}: {label(c)} >= {GOAL_FIXED_REGRET}x slower than the best "
                         "somewhere", worst >= GOAL_FIXED_REGRET,
-                        f"worst {worst:.2f}x ({where})"))  # fmt: skip
+                        f"worst {worst:.3f}x ({where})"))  # fmt: skip
         for name, e in scenarios.items():
             if len(e["states"]) < 2:
                 continue
@@ -538,6 +538,10 @@ def main(args: argparse.Namespace) -> int:
     args.command = "ina experiment dc2 " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.replot and (out / "command.txt").exists():
+        args.command = (out / "command.txt").read_text().strip()  # the command that ran
+    elif not args.replot:
+        (out / "command.txt").write_text(args.command + "\n")
     t0 = time.monotonic()
     if args.replot:
         rows = read_results(out / "results.csv")
