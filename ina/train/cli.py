@@ -359,10 +359,11 @@ def scenario_models(args: argparse.Namespace, scenario):
         model, args.workers, args.lanes, args.pool, args.seed if args.sim_seed is None
         else args.sim_seed, args.compute, args.codec,
     )  # fmt: skip
-    if args.engine != spec.engine:
+    backend = getattr(args, "sim_backend", "fast")
+    if (args.engine, backend) != (spec.engine, spec.backend):
         from dataclasses import replace
 
-        spec = replace(spec, engine=args.engine)
+        spec = replace(spec, engine=args.engine, backend=backend)  # checks ns-3's limits
     return spec, parse_compute(args.compute), parse_codec(args.codec)
 
 
