@@ -316,6 +316,7 @@ class SimTraining:
             "backend": "ina",
             "simulated": True,
             "network": describe(self.spec),
+            "scenario": c.get("scenario"),
             "compute": c["compute"],
             "codec": c["codec"],
             "compression": c["compression"],
