@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ina import topology
 from ina.host.allreduce import CompressionConfig, Worker
 from ina.sim.network import NetworkSpec, SimNetwork, SimTransport, build
 from ina.sim.options import add_network_arguments, describe, network_spec
@@ -34,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one representative worker stands for all (identical deterministic links): "
         "any number of workers, one worker's memory (docs/simulation.md)",
+    )
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology file (bmv2_topologies/two_level_2x2.json): its switches aggregate "
+        "hierarchically, its workers replace --workers",
     )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
@@ -73,7 +80,8 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
     wall = time.perf_counter() - wall0
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
-    links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+    switches = list(net.switches.values()) or [net.switch]
+    links = [n.uplink for n in net.workers] + [p for s in switches for p in s.ports.values()]
     packets = sum(link.packets for link in links)
     stats = [w.stats for w in workers]
     return {
@@ -122,8 +130,15 @@ def main(args: argparse.Namespace) -> int:
         args.size = int(args.size)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
+        fabric = topology.load(args.topology) if args.topology else None
         spec = network_spec(
-            args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+            args,
+            len(fabric.workers) if fabric else args.workers,
+            args.lanes,
+            args.pool,
+            seed=args.seed,
+            timing_only=args.timing_only,
+            topology=fabric,
         )
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)

@@ -1,10 +1,15 @@
-"""A simulated INA network from a description: N workers, one switch, a link each way.
+"""A simulated INA network from a description: N workers, one switch or a tree of switches.
 
 `NetworkSpec` says what the network is (rates, delays, buffers, loss, cross traffic, the
 switch's rate and latency, the job's pool and lanes) in SI units; `build` wires the engine,
 the switch model's pipeline with the job installed exactly as the control plane installs it
 on a real switch, each worker's transport core and its up and down links; `SimNetwork.run`
 runs one program per worker to completion in simulated time.
+
+With a topology (`ina.topology.Fabric`, from a topology file) the switches form a tree: each
+worker hangs off its leaf switch, each switch below the top is one contributor of its
+parent's job (hierarchical aggregation, docs/protocol.md), one pipeline per switch, links
+as the file says (its ``bw`` and ``delay``, else the spec's up and down links).
 
 Seeds: every random stream (each link's loss and delay draws, each worker's JOIN nonce) is
 spawned from ``NetworkSpec.seed``, so the same spec runs the same way every time.
@@ -34,9 +39,10 @@ from ina.protocol import FRAME_OVERHEAD, MAX_LANES, MAX_WORKERS, packet_bytes
 from ina.sim import units
 from ina.sim.engine import Engine, make_engine
 from ina.sim.nodes import Link, Program, SwitchNode, WorkerNode
-from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.pipeline import PARENT, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
+from ina.topology import Fabric
 
 JOB_ID = 1
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
@@ -107,6 +113,9 @@ class NetworkSpec:
     # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
     # every worker's links alike and deterministic, allows any number of workers.
     timing_only: bool = False
+    # A tree of switches (hierarchical aggregation) instead of one switch; ``workers`` must
+    # be its worker count.
+    topology: Fabric | None = None
 
     def __post_init__(self) -> None:
         most = MAX_TIMING_WORKERS if self.timing_only else MAX_WORKERS
@@ -123,6 +132,14 @@ class NetworkSpec:
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
                     )
+        if self.topology is not None:
+            if self.timing_only:
+                raise ValueError("timing only simulates one switch, not a topology's tree")
+            if self.workers != len(self.topology.workers):
+                raise ValueError(
+                    f"topology {self.topology.name} has {len(self.topology.workers)} workers, "
+                    f"not {self.workers}"
+                )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
@@ -225,9 +242,10 @@ class SimNetwork:
 
     spec: NetworkSpec
     engine: Engine
-    pipeline: Pipeline
+    pipeline: Pipeline  # the (top) switch's
     switch: SwitchNode
     workers: list[WorkerNode]
+    switches: dict[str, SwitchNode] = field(default_factory=dict)  # a topology's, by name
 
     def run(self, programs: list[Program], until: float = math.inf) -> list[object]:
         """Run ``programs[w]`` on worker ``w`` until all are done; their return values.
@@ -268,6 +286,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     result leaves on one downlink of the N identical ones. Same simulated times as N workers
     (a test compares them), with one worker's memory and work.
     """
+    if spec.topology is not None:
+        return _build_tree(spec, spec.topology, codec_time)
     engine = make_engine(spec.engine)
     modelled = 1 if spec.timing_only else spec.workers
     pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
@@ -303,6 +323,89 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         switch.ports[(JOB_ID, w)] = Link(downs[w], node.deliver)
         workers.append(node)
     return SimNetwork(spec, engine, pipeline, switch, workers)
+
+
+def _link_spec(base: LinkSpec, bw_mbit: float | None, delay: str | None) -> LinkSpec:
+    """``base`` with a topology file's ``bw`` (Mbit/s) and ``delay`` for one link."""
+    if bw_mbit is not None:
+        base = replace(base, rate_bps=float(bw_mbit) * 1e6)
+    if delay is not None:
+        base = replace(base, prop_delay_s=units.seconds(delay, "link delay"))
+    return base
+
+
+def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
+    """`build` for a tree of switches: a pipeline per switch with its job (and, below the
+    top, its parent_table entry) installed as the control plane installs it, workers on their
+    leaves with their ids there, each link both ways. A switch's lookahead is the shortest
+    latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
+    engine = make_engine(spec.engine)
+    job = fabric.job_id
+    root = np.random.SeedSequence(spec.seed)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * len(fabric.links))
+    n = len(fabric.workers)
+    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, n, dtype=np.uint64)
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    # Each link: (lower end, upper end, emulator going up, emulator coming down).
+    wired = []
+    for i, link in enumerate(fabric.links):
+        if link.a_port is None:  # host - switch
+            lower, upper = link.a, link.b
+        elif fabric.switches[link.a].parent == link.b:
+            lower, upper = link.a, link.b
+        else:
+            lower, upper = link.b, link.a
+        up = link_emulator(_link_spec(spec.up, link.bw, link.delay), link_seeds[2 * i], spec.seed)
+        down = link_emulator(
+            _link_spec(spec.down, link.bw, link.delay), link_seeds[2 * i + 1], spec.seed
+        )
+        wired.append((lower, upper, up, down))
+    into: dict[str, list[float]] = {s: [] for s in fabric.switches}
+    for lower, upper, up, down in wired:
+        into[upper].append(min_latency(up, frame))
+        if lower in fabric.switches:
+            into[lower].append(min_latency(down, frame))
+    switches: dict[str, SwitchNode] = {}
+    pipelines: dict[str, Pipeline] = {}
+    for s in fabric.top_down():
+        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+        js = fabric.job_spec(s)
+        install_job_spec(pipeline, replace(js, pool_size=spec.pool_size))
+        pipelines[s] = pipeline
+        switches[s] = SwitchNode(
+            engine,
+            pipeline,
+            min(into[s]),
+            rate_bps=spec.switch.rate_bps,
+            latency=spec.switch.latency_s,
+        )
+    rtt = min(
+        min_latency(up, frame) + switch_min + min_latency(down, frame)
+        for lower, _, up, down in wired
+        if lower in fabric.hosts
+    )
+    nodes: dict[str, WorkerNode] = {}
+    for g, host in enumerate(fabric.workers):
+        _, local = fabric.leaf_of(g)
+        cfg = replace(spec.worker_config(g), job_id=job, worker_id=local, num_workers=n)
+        nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
+    for lower, upper, up, down in wired:
+        if lower in fabric.hosts:
+            if lower not in nodes:  # a host that is not a worker
+                continue
+            node = nodes[lower]
+            node.uplink = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
+        else:
+            child = fabric.contributors(upper).index(lower)
+            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, child)] = Link(down, switches[lower].arrive)
+    top = fabric.root
+    workers = [nodes[h] for h in fabric.workers]
+    return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches)
 
 
 def parse_link(
