@@ -523,6 +523,44 @@ def hierarchical_leaf(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def random_leaf_mix(b: TraceBuilder) -> dict[str, int]:
+    """300 seeded random packets for the leaf job 6: workers' contributions, duplicates and
+    JOINs near a moving window, and the parent's RESULTs and PENDINGs (data and JOIN) with
+    nonces, seqs and epochs that are right, stale or wrong; replays of earlier frames."""
+    spec = b.topo.job(6)
+    ps = spec.pool_size
+    spine = spec.parent
+    parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
+    nonces = (0x11, 0x22, 0x33, 0x44)
+    base = 0
+    history: list[tuple[int, bytes]] = []
+    for _ in range(300):
+        r = b.rng.random()
+        if history and r < 0.1:
+            b.frame(*b.rng.choice(history))
+            continue
+        seq = max(0, base + b.rng.randrange(-ps, 2 * ps))
+        ep = int(b.rng.random() < 0.1)  # mostly the run the parent answers with (0)
+        shadow = Flag.SHADOW if seq & ps else 0
+        extra = {"exp": b.rng.randrange(256), "level": b.rng.randrange(256)}
+        if r < 0.2:  # a worker's JOIN
+            b.ina(6, b.rng.randrange(2), b.rng.choice(nonces), op=Op.JOIN, slot=0, **extra)
+        elif r < 0.3:  # the parent's answer to a join
+            flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING))
+            b.ina(6, b.rng.randrange(4), b.rng.choice(nonces), op=Op.JOIN, slot=0,
+                  sender=parent, flags=flags, epoch=ep, **extra)  # fmt: skip
+        elif r < 0.55:  # the parent's reply for a slot
+            flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING)) | shadow
+            b.ina(6, b.rng.randrange(4), seq, sender=parent, flags=flags, epoch=ep, **extra)
+        else:  # a worker's contribution, sometimes a retransmission
+            b.ina(6, b.rng.randrange(2), seq, retx=b.rng.random() < 0.3, epoch=ep, **extra)
+        history.append(b.frames[-1])
+        if b.rng.random() < 0.2:
+            base += 1
+    return {}
+
+
+@trace
 def malformed(b: TraceBuilder) -> dict[str, int]:
     """Every MALFORMED kind: version, op, RESULT/PENDING flags, num_lanes, truncated and
     over-long datagrams, a UDP length that disagrees; all dropped and counted."""
