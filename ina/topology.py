@@ -27,7 +27,8 @@ keeps the int32 sum from overflowing, and for the mean).
 A link is ``[a, b]``, ``[a, b, delay]`` or ``[a, b, delay, bw]`` (bw in Mbit/s, delay like
 ``"2ms"``), or an object ``{"node1", "node2", "delay", "bw"}``. A switch end is ``s-pN``. A
 switch's INA address (what its contributors send to) is ``"ina_ip"``/``"ina_mac"`` in its
-entry, by default ``10.0.0.254``, ``.253``, ... in switch name order.
+entry, by default ``10.0.0.254`` (or the ``ina`` section's ``switch_ip``) for the top switch,
+then ``.253``, ``.252``, ... in switch name order.
 
 `parse` refuses, with one line naming the culprit (`TopologyError`): a link to an unknown
 node, a parent that is not a switch, a loop of parents, more or fewer than one top-level
@@ -240,6 +241,9 @@ def parse(data: object, name: str = "topology") -> Fabric:
         raw_switches,
         key=lambda s: ((raw_switches[s] or {}).get("parent") is not None, natural_key(s)),
     )
+    ina = data.get("ina") or {}
+    top_ip = ina.get("switch_ip", "10.0.0.254")  # a single-switch file's own address
+    top_mac = ina.get("switch_mac", "00:00:0a:00:00:fe")
     for i, sname in enumerate(order):
         s = raw_switches[sname] or {}
         if sname in hosts:
@@ -249,8 +253,8 @@ def parse(data: object, name: str = "topology") -> Fabric:
         switches[sname] = Switch(
             sname,
             s.get("parent"),
-            s.get("ina_ip", f"10.0.0.{254 - i}"),
-            str(s.get("ina_mac", f"00:00:0a:00:00:{254 - i:02x}")).lower(),
+            s.get("ina_ip", top_ip if i == 0 else f"10.0.0.{254 - i}"),
+            str(s.get("ina_mac", top_mac if i == 0 else f"00:00:0a:00:00:{254 - i:02x}")).lower(),
         )
     for s in switches.values():
         if s.parent is not None and s.parent not in switches:
@@ -308,7 +312,6 @@ def parse(data: object, name: str = "topology") -> Fabric:
         ):
             raise TopologyError(f"{where}: switch {s.name} has no link to its parent {s.parent}")
 
-    ina = data.get("ina") or {}
     workers = list(ina.get("workers") or sorted(host_switch, key=natural_key))
     for w in workers:
         if w not in hosts:
