@@ -286,7 +286,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
             raise TopologyError(f"{where}: link {raw!r} names unknown node {node!r}")
         key = (m["switch"], int(m["port"]))
         if key in used_ports:
-            raise TopologyError(f"{where}: switch port {node} is used twice")
+            raise TopologyError(f"{where}: a switch port is used twice: {node}")
         used_ports.add(key)
         return key
 
@@ -315,7 +315,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
     workers = list(ina.get("workers") or sorted(host_switch, key=natural_key))
     for w in workers:
         if w not in hosts:
-            raise TopologyError(f"{where}: worker {w!r} is not a host")
+            raise TopologyError(f"{where}: worker {w!r} is not a linked host (no such host)")
         if w not in host_switch:
             raise TopologyError(f"{where}: worker {w} is on no switch (it has no link)")
     if len(set(workers)) != len(workers):

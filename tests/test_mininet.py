@@ -87,7 +87,7 @@ def test_link_forms_bandwidth_delay_and_worker_order():
         (lambda d: d["switches"].update({"s2": {}}), "one"),
         (lambda d: d["links"].append(["h1", "s1-p9"]), "two links"),
         (lambda d: d["links"].__setitem__(1, ["h2", "s1-p1"]), "port is used twice"),
-        (lambda d: d["links"].__setitem__(0, ["h1", "s7-p1"]), "must join"),
+        (lambda d: d["links"].__setitem__(0, ["h1", "s7-p1"]), "unknown node 's7-p1'"),
         (lambda d: d.update(ina={"workers": ["h9"]}), "not a linked host"),
     ],
 )

@@ -90,7 +90,7 @@ def test_bad_topologies_name_the_culprit():
     assert "switch l3 has no workers below it" in msg
     msg = bad(lambda d: d["links"].append(["l1-p7", "l2-p7"]))
     assert "neither the other's parent" in msg
-    assert "port l1-p1 is used twice" in bad(lambda d: d["links"].append(["h4", "l1-p1"]))
+    assert "port is used twice: l1-p1" in bad(lambda d: d["links"].append(["h4", "l1-p1"]))
     assert "33 workers" in bad(lambda d: d.update(two_level(3, 11)))
 
 
