@@ -19,6 +19,7 @@ its id on that leaf, and knows the job's total worker count and its rank (`ina a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -234,7 +235,15 @@ class TreeNetwork(InaNetwork):
             conn.push_pipeline(p4info=p4info, device_config=bmv2_json)
         else:
             conn.push_pipeline()
-        install_job(conn, self.specs[s])  # right after a pipeline push: registers are zero
+        # Right after the pipeline push every register is zero, so BMv2's missing register
+        # writes (install_job's warning about the pool reset) do not matter here.
+        jobs_log = logging.getLogger("ina.control.jobs")
+        level = jobs_log.level
+        jobs_log.setLevel(logging.ERROR)
+        try:
+            install_job(conn, self.specs[s])
+        finally:
+            jobs_log.setLevel(level)
         conn.write(
             [
                 conn.update(
