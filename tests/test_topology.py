@@ -208,3 +208,36 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
     spine = servers["s1"].pipeline.counters.stats
     assert leaf[Counter.UP_PACKETS, 0] > 0 and spine[Counter.AGGREGATED, 0] > 0
     assert all(i.dropped > 0 for i in impairs.values())
+
+
+def three_levels() -> dict:
+    """A top switch t over two middle switches, each over two leaves of two workers."""
+    data = {"hosts": {}, "switches": {"t": {}}, "links": [], "ina": {"pool_size": 16}}
+    n = 0
+    for m in (1, 2):
+        data["switches"][f"m{m}"] = {"parent": "t"}
+        data["links"].append([f"m{m}-p9", f"t-p{m}"])
+        for leaf in (1, 2):
+            name = f"l{m}{leaf}"
+            data["switches"][name] = {"parent": f"m{m}"}
+            data["links"].append([f"{name}-p9", f"m{m}-p{leaf}"])
+            for p in (1, 2):
+                n += 1
+                data["hosts"][f"h{n}"] = {"ip": f"10.0.0.{n}/24", "mac": f"00:00:0a:00:00:{n:02x}"}
+                data["links"].append([f"h{n}", f"{name}-p{p}"])
+    return data
+
+
+def test_three_levels_are_exact_under_loss_in_the_simulator():
+    """A middle switch is a leaf of the top and a parent of its leaves: results come down
+    two levels, re-sends go up two levels."""
+    fabric = parse(three_levels(), "three_levels")
+    assert fabric.top_down()[:3] == ["t", "m1", "m2"] and len(fabric.workers) == 8
+    assert fabric.job_spec("m2").parent.worker_id == 1
+    link = LinkSpec(rate_bps=10e9, loss=0.03)
+    spec = NetworkSpec(
+        workers=8, topology=fabric, lanes=32, pool_size=16, up=link, down=link,
+        rto_s=0.001, min_rto_s=0.0005, seed=5,
+    )  # fmt: skip
+    r = sim_allreduce(spec, 2_000, 2, seed=2)
+    assert r["exact"] and r["retransmissions"] > 0
