@@ -3,8 +3,10 @@
 This is the executable specification of the P4 program (`ina/p4/`). Its stages carry the
 names of the P4 controls and run in the same order:
 
-1. ``Validate``       version, op, flags, length and lane count; else drop MALFORMED.
-2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB.
+1. ``Validate``       version, op, length and lane count; else drop MALFORMED.
+2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB. ``parent_table``: the
+                      job's parent switch on a leaf; a RESULT or PENDING (a parent's reply)
+                      for a job without one drops MALFORMED.
 3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER); for data packets, slot < pool_size
                       and slot and shadow copy consistent with seq (BAD_SLOT, see below).
 4. ``JoinRun``        the job's runs. A JOIN packet joins a run (below) and is answered
