@@ -137,7 +137,9 @@ def test_simulated_two_level_sums_are_exact_under_loss(loss):
 
 def test_udp_model_two_level_sums_are_exact_under_loss():
     """Three switch models (spine, two leaves) on loopback sockets, each dropping,
-    duplicating and reordering its traffic both ways; six workers on real UDP sockets."""
+    duplicating and reordering its traffic both ways; six workers on real UDP sockets, two
+    runs one after the other (the second must never see the first's sums: every run joins
+    the spine's run through its leaf and gets a new epoch)."""
     fabric = parse(two_level(2, 3), "two_level_2x3")
     lanes, pool = 64, 16
     servers: dict[str, SwitchServer] = {}
@@ -159,7 +161,7 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
         threads.append(t)
     n = len(fabric.workers)
     rng = np.random.default_rng(7)
-    xs = [rng.standard_normal(3_000).astype(np.float32) for _ in range(n)]
+    runs = [[rng.standard_normal(3_000).astype(np.float32) for _ in range(n)] for _ in range(2)]
     results: dict[int, object] = {}
 
     def work(g: int) -> None:
@@ -176,9 +178,12 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
             min_rto=0.005,
         )
         try:
-            with Worker(cfg) as w:
-                w.allreduce(xs[g])
-                results[g] = (w.last, w.last_int_sums)
+            out = []
+            for xs in runs:  # each Worker is a new run (a new JOIN nonce)
+                with Worker(cfg) as w:
+                    w.allreduce(xs[g])
+                    out.append((w.last, w.last_int_sums, w.transport.core.epoch))
+            results[g] = out
         except BaseException as e:  # examined below
             results[g] = e
 
@@ -198,12 +203,16 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
             srv.close()
     for g, r in results.items():
         assert not isinstance(r, BaseException), f"worker {g}: {r!r}"
-    exps = results[0][0].exponents
-    expected = np.zeros(3_000, np.int32)
-    for x in xs:
-        expected += quantize.encode(x, exps, lanes, n)
-    for _, ints in results.values():
-        assert np.array_equal(ints, expected)  # bit-exact on every worker of both leaves
+    for i, xs in enumerate(runs):
+        exps = results[0][i][0].exponents
+        expected = np.zeros(3_000, np.int32)
+        for x in xs:
+            expected += quantize.encode(x, exps, lanes, n)
+        for r in results.values():
+            assert np.array_equal(r[i][1], expected)  # bit-exact, every worker, both leaves
+    epochs = {tuple(e for _, _, e in r) for r in results.values()}
+    ((first, second),) = epochs  # every worker joined the same two runs
+    assert second > first
     leaf = servers["l1"].pipeline.counters.stats
     spine = servers["s1"].pipeline.counters.stats
     assert leaf[Counter.UP_PACKETS, 0] > 0 and spine[Counter.AGGREGATED, 0] > 0
