@@ -25,7 +25,8 @@ its position. A switch with a parent is one contributor of the parent's job: its
 keeps the int32 sum from overflowing, and for the mean).
 
 A link is ``[a, b]``, ``[a, b, delay]`` or ``[a, b, delay, bw]`` (bw in Mbit/s, delay like
-``"2ms"``), or an object ``{"node1", "node2", "delay", "bw"}``. A switch end is ``s-pN``. A
+``"2ms"``), or an object ``{"node1", "node2", "delay", "bw", "loss"}`` (``loss``: the
+probability that a packet is dropped, each way; used by the simulator). A switch end is ``s-pN``. A
 switch's INA address (what its contributors send to) is ``"ina_ip"``/``"ina_mac"`` in its
 entry, by default ``10.0.0.254`` (or the ``ina`` section's ``switch_ip``) for the top switch,
 then ``.253``, ``.252``, ... in switch name order.
@@ -81,6 +82,7 @@ class Link:
     b_port: int
     delay: str | None = None
     bw: float | None = None  # Mbit/s
+    loss: float | None = None  # per packet, each way (the simulator's links)
 
 
 @dataclass(frozen=True)
@@ -200,14 +202,21 @@ class Fabric:
         )
 
 
-def _link(raw, where: str) -> tuple[str, str, str | None, float | None]:
+def _link(raw, where: str) -> tuple[str, str, str | None, float | None, float | None]:
     if isinstance(raw, dict):
         if "node1" not in raw or "node2" not in raw:
             raise TopologyError(f"{where}: link {raw!r} needs node1 and node2")
-        return raw["node1"], raw["node2"], raw.get("delay"), raw.get("bw")
+        unknown = set(raw) - {"node1", "node2", "delay", "bw", "loss"}
+        if unknown:
+            raise TopologyError(f"{where}: link {raw!r}: unknown keys {sorted(unknown)}")
+        loss = raw.get("loss")
+        if loss is not None and not (isinstance(loss, int | float) and 0 <= loss < 1):
+            raise TopologyError(f"{where}: link {raw!r}: loss must be in [0, 1)")
+        return raw["node1"], raw["node2"], raw.get("delay"), raw.get("bw"), loss
     if not isinstance(raw, list) or not 2 <= len(raw) <= 4:
         raise TopologyError(f"{where}: link {raw!r}: expected [node1, node2, delay?, bw?]")
-    return raw[0], raw[1], raw[2] if len(raw) > 2 else None, raw[3] if len(raw) > 3 else None
+    delay, bw = (raw[2] if len(raw) > 2 else None), (raw[3] if len(raw) > 3 else None)
+    return raw[0], raw[1], delay, bw, None
 
 
 def _delay(value) -> str | None:
@@ -291,7 +300,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
         return key
 
     for raw in data.get("links") or []:
-        a, b, delay, bw = _link(raw, where)
+        a, b, delay, bw, loss = _link(raw, where)
         (an, ap), (bn, bp) = end(a, raw), end(b, raw)
         if ap is None and bp is None:
             raise TopologyError(f"{where}: link {raw!r} joins two hosts; hosts hang off switches")
@@ -305,7 +314,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
             raise TopologyError(
                 f"{where}: link {raw!r} joins switches {an} and {bn}, neither the other's parent"
             )
-        links.append(Link(an, ap, bn, bp, _delay(delay), bw))
+        links.append(Link(an, ap, bn, bp, _delay(delay), bw, loss))
     for s in switches.values():
         if s.parent is not None and not any(
             {link.a, link.b} == {s.name, s.parent} and link.a_port is not None for link in links

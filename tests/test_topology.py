@@ -163,6 +163,11 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
     rng = np.random.default_rng(7)
     runs = [[rng.standard_normal(3_000).astype(np.float32) for _ in range(n)] for _ in range(2)]
     results: dict[int, object] = {}
+    # The second run starts once every worker has finished the first, as two invocations
+    # do: a JOIN while a worker still retransmits for the last run's final result starts
+    # the new run under it, and that worker's packets are STALE from then on (on one switch
+    # as on a tree: docs/protocol.md, "Runs").
+    between = threading.Barrier(n, timeout=120)
 
     def work(g: int) -> None:
         leaf, local = fabric.leaf_of(g)
@@ -179,7 +184,9 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
         )
         try:
             out = []
-            for xs in runs:  # each Worker is a new run (a new JOIN nonce)
+            for i, xs in enumerate(runs):  # each Worker is a new run (a new JOIN nonce)
+                if i:
+                    between.wait()
                 with Worker(cfg) as w:
                     w.allreduce(xs[g])
                     out.append((w.last, w.last_int_sums, w.transport.core.epoch))
@@ -250,3 +257,25 @@ def test_three_levels_are_exact_under_loss_in_the_simulator():
     )  # fmt: skip
     r = sim_allreduce(spec, 2_000, 2, seed=2)
     assert r["exact"] and r["retransmissions"] > 0
+
+
+def test_loss_only_between_leaves_and_spine_is_repaired_by_the_workers():
+    """20 % loss on the leaf-spine links only (the file's per-link ``loss``): partial sums
+    and results lost there are re-sent by the leaves when their workers retransmit."""
+    data = two_level(2, 2)
+    data["links"] = [
+        {"node1": a, "node2": b, "loss": 0.2} if a.startswith("l") else [a, b]
+        for a, b in data["links"]
+    ]
+    fabric = parse(data, "lossy_spine")
+    assert [k.loss for k in fabric.links if k.a_port is not None] == [0.2, 0.2]
+    link = LinkSpec(rate_bps=10e9)
+    spec = NetworkSpec(
+        workers=4, topology=fabric, lanes=64, pool_size=16, up=link, down=link,
+        rto_s=0.001, min_rto_s=0.0005,
+    )  # fmt: skip
+    r = sim_allreduce(spec, 5_000, 2, seed=4)
+    assert r["exact"] and r["retransmissions"] > 0
+    assert r["counters"]["duplicates"] > 0  # on the spine: leaves' re-sent partial sums
+    msg = bad(lambda d: d["links"].append({"node1": "h9", "node2": "l1-p9", "loss": 2}))
+    assert "loss must be in [0, 1)" in msg

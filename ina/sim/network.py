@@ -325,8 +325,12 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     return SimNetwork(spec, engine, pipeline, switch, workers)
 
 
-def _link_spec(base: LinkSpec, bw_mbit: float | None, delay: str | None) -> LinkSpec:
-    """``base`` with a topology file's ``bw`` (Mbit/s) and ``delay`` for one link."""
+def _link_spec(
+    base: LinkSpec, bw_mbit: float | None, delay: str | None, loss: float | None = None
+) -> LinkSpec:
+    """``base`` with a topology file's ``bw`` (Mbit/s), ``delay`` and ``loss`` for a link."""
+    if loss is not None:
+        base = replace(base, loss=float(loss))
     if bw_mbit is not None:
         base = replace(base, rate_bps=float(bw_mbit) * 1e6)
     if delay is not None:
@@ -358,9 +362,11 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             lower, upper = link.a, link.b
         else:
             lower, upper = link.b, link.a
-        up = link_emulator(_link_spec(spec.up, link.bw, link.delay), link_seeds[2 * i], spec.seed)
+        up = link_emulator(
+            _link_spec(spec.up, link.bw, link.delay, link.loss), link_seeds[2 * i], spec.seed
+        )
         down = link_emulator(
-            _link_spec(spec.down, link.bw, link.delay), link_seeds[2 * i + 1], spec.seed
+            _link_spec(spec.down, link.bw, link.delay, link.loss), link_seeds[2 * i + 1], spec.seed
         )
         wired.append((lower, upper, up, down))
     into: dict[str, list[float]] = {s: [] for s in fabric.switches}
