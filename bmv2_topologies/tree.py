@@ -18,6 +18,7 @@ its id on that leaf, and knows the job's total worker count and its rank (`ina a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -79,10 +80,9 @@ class TreeNetwork(InaNetwork):
         self.pool_size = pool_size or fabric.pool_size
         # Mininet node names: a prefix keeps a test's interfaces apart from a user's network
         self.names = {s: f"{prefix}{s}" for s in fabric.switches}
-        self.specs = {s: fabric.job_spec(s) for s in fabric.switches}
         self.specs = {
-            s: spec.__class__(**{**spec.__dict__, "pool_size": self.pool_size})
-            for s, spec in self.specs.items()
+            s: dataclasses.replace(fabric.job_spec(s), pool_size=self.pool_size)
+            for s in fabric.switches
         }
         self.jobs_files = {s: self.state_dir / f"jobs_{s}.json" for s in fabric.switches}
         self.grpc = {s: f"127.0.0.1:{free_tcp_port()}" for s in fabric.switches}
@@ -99,6 +99,7 @@ class TreeNetwork(InaNetwork):
     # -- build ---------------------------------------------------------------------------
 
     def start(self) -> TreeNetwork:
+        from mininet.link import TCLink
         from mininet.net import Mininet
         from mininet.node import Host
         from mininet.topo import Topo
@@ -115,18 +116,22 @@ class TreeNetwork(InaNetwork):
                 for h in f.hosts.values():
                     self.addHost(h.name, ip=f"{h.ip}/{h.prefix}", mac=h.mac)
                 for link in f.links:
+                    opts = {"bw": link.bw} if link.bw else {}  # htb shaping, as on one switch
                     if link.a_port is None:
-                        self.addLink(link.a, names[link.b], port2=link.b_port)
+                        self.addLink(link.a, names[link.b], port2=link.b_port, **opts)
                     else:
-                        self.addLink(
-                            names[link.a], names[link.b], port1=link.a_port, port2=link.b_port
-                        )
+                        a, b = names[link.a], names[link.b]
+                        self.addLink(a, b, port1=link.a_port, port2=link.b_port, **opts)
 
+        for link in f.links:
+            if link.delay or link.loss:
+                log(f"{link.a}-{link.b}: delay/loss ignored here (no netem on this kernel)")
         self.state.save()
         self.net = Mininet(
             topo=TreeTopo(),
             switch=_port_only_switch(),
             host=Host,
+            link=TCLink,
             controller=None,
             autoSetMacs=False,
             autoStaticArp=True,

@@ -9,6 +9,7 @@ program's side is the ``hierarchical_leaf`` differential trace (tests/test_diffe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -155,7 +156,7 @@ def test_udp_model_two_level_sums_are_exact_under_loss():
     addresses = {s: (*srv.address, "00:00:00:00:00:00") for s, srv in servers.items()}
     for s, srv in servers.items():
         spec = fabric.job_spec(s, addresses, hosts)
-        install_job_spec(srv.pipeline, spec.__class__(**{**spec.__dict__, "pool_size": pool}))
+        install_job_spec(srv.pipeline, dataclasses.replace(spec, pool_size=pool))
         t = threading.Thread(target=srv.serve_forever, kwargs={"poll": 0.01}, daemon=True)
         t.start()
         threads.append(t)
