@@ -118,7 +118,8 @@ class Outputs:
 
     Row ``i < n`` of ``data`` holds an INA payload of ``length`` bytes for ``job_id[i]``,
     sent to worker ``dest[i]`` or, if ``dest[i] == MULTICAST``, to multicast group
-    ``group[i]``, or if ``dest[i] == PARENT``, up to the job's parent switch; ``src[i]`` is the input row that produced it (outputs are in input order).
+    ``group[i]``, or if ``dest[i] == PARENT``, up to the job's parent switch; ``src[i]`` is
+    the input row that produced it (outputs are in input order).
     """
 
     data: np.ndarray  # (capacity, stride) uint8
