@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import inspect
 import json
 import os
 import queue
@@ -468,13 +467,9 @@ class InaNetwork:
             self.conn.push_pipeline(p4info=p4info, device_config=bmv2_json)
         else:
             self.conn.push_pipeline()
-        kwargs = {}
-        if (
-            "thrift_port" in inspect.signature(install_job).parameters
-            and self.target.kind == "bmv2"
-        ):
-            kwargs["thrift_port"] = self.thrift_port
-        install_job(self.conn, self.spec, **kwargs)
+        # The push just zeroed every register, so no pool reset (BMv2's goes over Thrift,
+        # which a build without Thrift does not serve).
+        install_job(self.conn, self.spec)
         self.conn.write(
             [
                 self.conn.update(

@@ -95,14 +95,16 @@ class SwitchServer:
         rows: list[int] = []
         dests: list[int] = []
         out = self.out
+        rids: dict[int, list[int]] = {}  # group -> its replicas' rids, once per batch
         for i, (dest, job_id, group) in enumerate(
             zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
         ):
-            targets = (
-                [rid for _, rid in tables.mcast_groups.get(group, ())]
-                if dest == MULTICAST
-                else [dest]
-            )
+            if dest == MULTICAST:
+                targets = rids.get(group)
+                if targets is None:
+                    targets = rids[group] = [rid for _, rid in tables.replicas(group)]
+            else:
+                targets = [dest]
             for w in targets:
                 if dest == PARENT:
                     addr = tables.parents.get(job_id)
