@@ -103,6 +103,8 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
     links = net.links()
+    ups = list({id(n.uplink): n.uplink for n in net.workers}.values())
+    downs = list({id(link): link for link in net.switch.ports.values()}.values())
     packets = sum(link.packets for link in links)
     stats = [w.stats for w in workers]
     return {
@@ -118,11 +120,19 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
         "bytes_on_links": sum(link.bytes for link in links),
         "packets_sent_per_worker": [s.packets_sent for s in stats],
         "retransmissions": sum(s.retransmissions for s in stats),
+        "queue_delay_up_s": mean_queue_delay(ups),
+        "queue_delay_down_s": mean_queue_delay(downs),
         "counters": {k: v[0] for k, v in net.pipeline.counters.snapshot().items()},
         "events": net.engine.events,
         "wall_seconds": wall,
         "wall_packets_per_second": packets / wall if wall > 0 else 0.0,
     }
+
+
+def mean_queue_delay(links) -> float:
+    """Mean queueing delay of the packets the links delivered (beyond an unloaded path)."""
+    packets = sum(link.packets for link in links)
+    return sum(link.queue_delay_sum for link in links) / packets if packets else 0.0
 
 
 def print_result(r: dict) -> None:
@@ -136,6 +146,10 @@ def print_result(r: dict) -> None:
     print(
         f"traffic: {r['packets_on_links']} packets on links, {r['retransmissions']} "
         f"retransmissions; every sum exact: {'yes' if r['exact'] else 'NO'}"
+    )
+    print(
+        f"mean queueing delay: {r['queue_delay_up_s'] * 1e6:.3f} us up, "
+        f"{r['queue_delay_down_s'] * 1e6:.3f} us down"
     )
     print(
         f"simulator: {r['sim_seconds'] * 1e3:.3f} ms simulated in {r['wall_seconds']:.2f} s "

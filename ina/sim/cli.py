@@ -12,6 +12,7 @@ COMMANDS = {
     "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
     "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
     "train": ("ina.sim.train_steps", "steps of a model's gradients, no training (timing)"),
+    "fidelity": ("ina.sim.fidelity", "the fast engine against the ns-3 backend (a table)"),
 }
 
 

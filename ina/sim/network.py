@@ -54,6 +54,7 @@ from ina.topology import Fabric
 JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
 PLACEMENTS = ("separate", "shared")
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
+BACKENDS = ("fast", "ns3")
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ class NetworkSpec:
     pool_size: int = 64
     seed: int = 0
     engine: str = "simpy"
+    # "fast": our engine and link models; "ns3": ns-3's links, queues and TCP cross traffic
+    # (packet-level fidelity, `ina.sim.ns3net`), the same workers and switch
+    backend: str = "fast"
     rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
@@ -145,9 +149,13 @@ class NetworkSpec:
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
                     )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.topology is not None:
             if self.timing_only:
                 raise ValueError("timing only simulates one switch, not a topology's tree")
+            if self.backend != "fast":
+                raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
             if self.jobs != 1:
                 raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
             if self.workers != len(self.topology.workers):
@@ -173,6 +181,10 @@ class NetworkSpec:
                 f"{self.jobs * self.pool_size}; the switch has {self.switch_slots}"
             )
         self.worker_config(0)  # the transport's own checks (timers)
+        if self.backend == "ns3":
+            from ina.sim.ns3net import check  # what ns-3 models (no ns-3 import)
+
+            check(self)
 
     def worker_config(self, worker_id: int, job: int = 0) -> WorkerConfig:
         """Worker ``worker_id`` of job ``job`` (counted from 0)."""
@@ -327,6 +339,10 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     (a test compares them), with one worker's memory and work. With several jobs, one
     representative per job (on one host, when the jobs share hosts).
     """
+    if spec.backend == "ns3":
+        from ina.sim import ns3net  # imports ns-3 only when asked for
+
+        return ns3net.build(spec, codec_time)
     if spec.topology is not None:
         return _build_tree(spec, spec.topology, codec_time)
     engine = make_engine(spec.engine)

@@ -128,6 +128,19 @@ class Link:
         self.deliver = deliver
         self.packets = 0
         self.bytes = 0
+        # seconds beyond an unloaded path (serialization at the full rate, the shortest
+        # delay) summed over delivered packets: the queueing delay, as the ns-3 backend
+        # measures it (`ina.sim.ns3net.Ns3Link`)
+        self.queue_delay_sum = 0.0
+
+    @property
+    def mean_queue_delay(self) -> float:
+        return self.queue_delay_sum / self.packets if self.packets else 0.0
+
+    def _queued(self, times: np.ndarray, frame: np.ndarray, release: np.ndarray) -> float:
+        rate = self.emulator.rate_bps
+        unloaded = self.emulator.delay.min_delay() + (0.0 if rate is None else frame * 8 / rate)
+        return float(np.maximum(release - times - unloaded, 0.0).sum())
 
     def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         """Packets ``data`` (rows, not to be written to again) enter the link at ``times``
@@ -140,10 +153,12 @@ class Link:
         if ok.all():
             self.packets += times.size
             self.bytes += int(frame.sum())
+            self.queue_delay_sum += self._queued(times, frame, release)
             self.deliver(release, data, lengths)
         elif ok.any():
             self.packets += int(ok.sum())
             self.bytes += int(frame[ok].sum())
+            self.queue_delay_sum += self._queued(times[ok], frame[ok], release[ok])
             self.deliver(release[ok], data[ok], lengths[ok])
 
 
