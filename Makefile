@@ -21,6 +21,7 @@ help:
 	@echo "make bench   benchmarks (tables for the README)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
 	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
+	@echo "             TOPO=two_level_2x2: a spine over two leaf switches (hierarchical aggregation)"
 	@echo "make topo-stop  remove what a previous make topo left behind"
 	@echo "make lint    ruff"
 

@@ -145,6 +145,25 @@ def test_switch_on_a_p4runtime_port_in_use_is_one_line():
         (["--size", "0"], "--size 0: the tensor needs at least one value"),
         (["--switch", "127.0.0.1"], "give IP:PORT"),
         (["--jobs", "x.json"], "--jobs and --worker-id go with --switch"),
+        (
+            ["--switch", "10.0.0.253:47000", "--jobs", "j.json", "--world", "4"],
+            "--world and --rank go together, with --worker-id",
+        ),
+        (
+            [
+                "--switch",
+                "1.2.3.4:47000",
+                "--jobs",
+                "j",
+                "--worker-id",
+                "0",
+                "--world",
+                "4",
+                "--rank",
+                "4",
+            ],
+            "--rank 4 --world 4: need 0 <= rank < world <= 32",
+        ),
     ],
 )
 def test_allreduce_options_are_checked_before_anything_starts(args, message, capsys):

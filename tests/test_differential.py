@@ -349,8 +349,7 @@ def test_pool_reset_without_register_writes_probes_once(monkeypatch, caplog):
     cells = sent[-1][0]
     assert cells[: 2 * 1024] == [f"register_write slot_count {i} 0" for i in range(2 * 1024)]
     i = job.job_index  # and the job's runs: no run joined yet
-    assert cells[2 * 1024 : 2 * 1024 + 3] == [
-        f"register_write {name} {i} 0" for name in ("job_epoch", "join_bitmap", "join_count")
-    ]
-    assert cells[2 * 1024 + 3 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
+    runs = ("job_epoch", "join_bitmap", "join_count", "up_nonce", "up_joined")
+    assert cells[2 * 1024 : 2 * 1024 + 5] == [f"register_write {name} {i} 0" for name in runs]
+    assert cells[2 * 1024 + 5 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
     assert len(conn.updates) == 3  # one probe per call

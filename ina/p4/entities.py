@@ -96,6 +96,19 @@ ACTIONS: tuple[Action, ...] = (
         "set_worker", _id(ACTION, 4), (Param("mac", 48), Param("ip", 32), Param("udp_port", 16))
     ),
     Action("forward", _id(ACTION, 5), (Param("port", 9),)),
+    # hierarchical aggregation: where a leaf's completed slots go (docs/protocol.md)
+    Action(
+        "set_parent",
+        _id(ACTION, 6),
+        (
+            Param("worker_id", 8),
+            Param("port", 9),
+            Param("mac", 48),
+            Param("ip", 32),
+            Param("udp_port", 16),
+        ),
+    ),
+    Action("no_parent", _id(ACTION, 7)),
 )
 
 TABLES: tuple[Table, ...] = (
@@ -126,6 +139,15 @@ TABLES: tuple[Table, ...] = (
         "drop",
         FORWARD_TABLE_SIZE,
     ),
+    # ingress: a job's parent switch (hierarchical aggregation); no entry: a top-level job
+    Table(
+        "parent_table",
+        _id(TABLE, 4),
+        (MatchField("job_id", 16),),
+        ("set_parent", "no_parent"),
+        "no_parent",
+        MAX_JOBS,
+    ),
 )
 
 COUNTERS: tuple[CounterArray, ...] = (
@@ -147,6 +169,11 @@ REGISTERS: tuple[RegisterArray, ...] = (
     RegisterArray("join_bitmap", _id(REGISTER, 8), MAX_JOBS, 32),
     RegisterArray("join_count", _id(REGISTER, 9), MAX_JOBS, 8),
     RegisterArray("join_nonce", _id(REGISTER, 10), JOIN_NONCE_SIZE, 32),
+    # hierarchical aggregation: a copy holds its parent's result (1) or only the partial
+    # sum (0); per job, the nonce of the run join sent up and whether the parent answered
+    RegisterArray("slot_down", _id(REGISTER, 11), _REG_SIZE, 8),
+    RegisterArray("up_nonce", _id(REGISTER, 12), MAX_JOBS, 32),
+    RegisterArray("up_joined", _id(REGISTER, 13), MAX_JOBS, 8),
     *(
         RegisterArray(f"slot_lane_{i}", _id(REGISTER, 16 + i), _REG_SIZE, 32)
         for i in range(P4_LANES)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ina import topology
 from ina.host.allreduce import CompressionConfig, Worker
 from ina.p4.entities import POOL_SLOTS
 from ina.sim.network import PLACEMENTS, NetworkSpec, SimNetwork, SimTransport, build
@@ -36,6 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one representative worker stands for all (identical deterministic links): "
         "any number of workers, one worker's memory (docs/simulation.md)",
+    )
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology file (bmv2_topologies/two_level_2x2.json): its switches aggregate "
+        "hierarchically, its workers replace --workers",
     )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument(
@@ -158,14 +165,16 @@ def main(args: argparse.Namespace) -> int:
         args.size = int(args.size)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
+        fabric = topology.load(args.topology) if args.topology else None
         spec = replace(
             network_spec(
                 args,
-                args.workers,
+                len(fabric.workers) if fabric else args.workers,
                 args.lanes,
                 args.pool,
                 seed=args.seed,
                 timing_only=args.timing_only,
+                topology=fabric,
             ),
             jobs=args.jobs,
             placement=args.placement,

@@ -1,4 +1,4 @@
-"""A simulated INA network from a description: N workers, one switch, a link each way.
+"""A simulated INA network from a description: N workers, one switch or a tree of switches.
 
 Several jobs (``jobs``, ATP's setting) share the switch: each has its own N workers, job id,
 pool of slots and multicast group, installed as the control plane installs jobs, and the
@@ -11,6 +11,11 @@ switch's rate and latency, the job's pool and lanes) in SI units; `build` wires 
 the switch model's pipeline with the job installed exactly as the control plane installs it
 on a real switch, each worker's transport core and its up and down links; `SimNetwork.run`
 runs one program per worker to completion in simulated time.
+
+With a topology (`ina.topology.Fabric`, from a topology file) the switches form a tree: each
+worker hangs off its leaf switch, each switch below the top is one contributor of its
+parent's job (hierarchical aggregation, docs/protocol.md), one pipeline per switch, links
+as the file says (its ``bw`` and ``delay``, else the spec's up and down links).
 
 Seeds: every random stream (each link's loss and delay draws, each worker's JOIN nonce) is
 spawned from ``NetworkSpec.seed``, so the same spec runs the same way every time.
@@ -41,9 +46,10 @@ from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, MAX_LANES, MAX_WORKERS, p
 from ina.sim import units
 from ina.sim.engine import Engine, make_engine
 from ina.sim.nodes import Link, OrderedLink, Program, SwitchNode, WorkerNode
-from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.pipeline import PARENT, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
+from ina.topology import Fabric
 
 JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
 PLACEMENTS = ("separate", "shared")
@@ -119,6 +125,9 @@ class NetworkSpec:
     # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
     # every worker's links alike and deterministic, allows any number of workers.
     timing_only: bool = False
+    # A tree of switches (hierarchical aggregation) instead of one switch; ``workers`` must
+    # be its worker count.
+    topology: Fabric | None = None
     # Several jobs on the switch, alike (each ``workers`` workers, a pool of ``pool_size``):
     # their pools share ``switch_slots``; ``placement`` puts their workers on hosts.
     jobs: int = 1
@@ -142,6 +151,18 @@ class NetworkSpec:
                     )
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        if self.topology is not None:
+            if self.timing_only:
+                raise ValueError("timing only simulates one switch, not a topology's tree")
+            if self.backend != "fast":
+                raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
+            if self.jobs != 1:
+                raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
+            if self.workers != len(self.topology.workers):
+                raise ValueError(
+                    f"topology {self.topology.name} has {len(self.topology.workers)} workers, "
+                    f"not {self.workers}"
+                )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
@@ -262,15 +283,19 @@ class SimNetwork:
 
     spec: NetworkSpec
     engine: Engine
-    pipeline: Pipeline
+    pipeline: Pipeline  # the (top) switch's
     switch: SwitchNode
     workers: list[WorkerNode]  # every job's, job by job
     job_of: list[int] = field(default_factory=list)  # each worker's job (from 0)
+    switches: dict[str, SwitchNode] = field(default_factory=dict)  # a topology's, by name
 
     def links(self) -> list[Link]:
-        """Every link, once (a shared host's link carries several workers)."""
+        """Every link, once (a shared host's link carries several workers; a topology's
+        switch-to-switch links too)."""
         seen: dict[int, Link] = {}
-        for link in [n.uplink for n in self.workers] + list(self.switch.ports.values()):
+        switches = list(self.switches.values()) or [self.switch]
+        ports = [p for s in switches for p in s.ports.values()]
+        for link in [n.uplink for n in self.workers] + ports:
             seen.setdefault(id(link), link)
         return list(seen.values())
 
@@ -318,6 +343,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         from ina.sim import ns3net  # imports ns-3 only when asked for
 
         return ns3net.build(spec, codec_time)
+    if spec.topology is not None:
+        return _build_tree(spec, spec.topology, codec_time)
     engine = make_engine(spec.engine)
     per_job = 1 if spec.timing_only else spec.workers
     modelled = spec.jobs * per_job
@@ -389,6 +416,95 @@ def _by_job(nodes: dict[int, WorkerNode]) -> Callable[[np.ndarray, np.ndarray, n
                 node.deliver(times[mine], data[mine], lengths[mine])
 
     return deliver
+
+
+def _link_spec(
+    base: LinkSpec, bw_mbit: float | None, delay: str | None, loss: float | None = None
+) -> LinkSpec:
+    """``base`` with a topology file's ``bw`` (Mbit/s), ``delay`` and ``loss`` for a link."""
+    if loss is not None:
+        base = replace(base, loss=float(loss))
+    if bw_mbit is not None:
+        base = replace(base, rate_bps=float(bw_mbit) * 1e6)
+    if delay is not None:
+        base = replace(base, prop_delay_s=units.seconds(delay, "link delay"))
+    return base
+
+
+def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
+    """`build` for a tree of switches: a pipeline per switch with its job (and, below the
+    top, its parent_table entry) installed as the control plane installs it, workers on their
+    leaves with their ids there, each link both ways. A switch's lookahead is the shortest
+    latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
+    engine = make_engine(spec.engine)
+    job = fabric.job_id
+    root = np.random.SeedSequence(spec.seed)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * len(fabric.links))
+    n = len(fabric.workers)
+    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, n, dtype=np.uint64)
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    # Each link: (lower end, upper end, emulator going up, emulator coming down).
+    wired = []
+    for i, link in enumerate(fabric.links):
+        if link.a_port is None:  # host - switch
+            lower, upper = link.a, link.b
+        elif fabric.switches[link.a].parent == link.b:
+            lower, upper = link.a, link.b
+        else:
+            lower, upper = link.b, link.a
+        up = link_emulator(
+            _link_spec(spec.up, link.bw, link.delay, link.loss), link_seeds[2 * i], spec.seed
+        )
+        down = link_emulator(
+            _link_spec(spec.down, link.bw, link.delay, link.loss), link_seeds[2 * i + 1], spec.seed
+        )
+        wired.append((lower, upper, up, down))
+    into: dict[str, list[float]] = {s: [] for s in fabric.switches}
+    for lower, upper, up, down in wired:
+        into[upper].append(min_latency(up, frame))
+        if lower in fabric.switches:
+            into[lower].append(min_latency(down, frame))
+    switches: dict[str, SwitchNode] = {}
+    pipelines: dict[str, Pipeline] = {}
+    for s in fabric.top_down():
+        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+        js = fabric.job_spec(s)
+        install_job_spec(pipeline, replace(js, pool_size=spec.pool_size))
+        pipelines[s] = pipeline
+        switches[s] = SwitchNode(
+            engine,
+            pipeline,
+            min(into[s]),
+            rate_bps=spec.switch.rate_bps,
+            latency=spec.switch.latency_s,
+        )
+    rtt = min(
+        min_latency(up, frame) + switch_min + min_latency(down, frame)
+        for lower, _, up, down in wired
+        if lower in fabric.hosts
+    )
+    nodes: dict[str, WorkerNode] = {}
+    for g, host in enumerate(fabric.workers):
+        _, local = fabric.leaf_of(g)
+        cfg = replace(spec.worker_config(g), job_id=job, worker_id=local, num_workers=n)
+        nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
+    for lower, upper, up, down in wired:
+        if lower in fabric.hosts:
+            if lower not in nodes:  # a host that is not a worker
+                continue
+            node = nodes[lower]
+            node.uplink = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
+        else:
+            child = fabric.contributors(upper).index(lower)
+            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, child)] = Link(down, switches[lower].arrive)
+    top = fabric.root
+    workers = [nodes[h] for h in fabric.workers]
+    return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)
 
 
 def parse_link(

@@ -230,7 +230,9 @@ class SwitchNode:
         self.latency = latency
         self.queue = LinkEmulator(rate_bps=rate_bps)  # the processing queue (no loss, no delay)
         self.inbox = _Inbox(pipeline.payload_bytes + 1)
-        self.ports: dict[tuple[int, int], Link] = {}  # (job_id, worker_id) -> downlink
+        # (job_id, worker_id) -> downlink; on a leaf, (job_id, PARENT) -> the uplink to its
+        # parent switch (hierarchical aggregation, `ina.sim.network`)
+        self.ports: dict[tuple[int, int], Link] = {}
         self._wake = _Wakeup(engine, self._run)
         self._out = Outputs.allocate(256, pipeline.payload_bytes)
         self.batches = 0

@@ -70,6 +70,7 @@ def network_spec(
     rate: str | None = None,
     profile: str | None = None,
     timing_only: bool = False,
+    topology=None,
 ) -> NetworkSpec:
     """The `NetworkSpec` the options describe (ValueError: a one-line reason); ``rate`` and
     ``profile`` replace ``--link-rate``/``--link-profile`` (`ina train`'s own options)."""
@@ -100,6 +101,7 @@ def network_spec(
         rto_s=units.seconds(args.rto, "rto"),
         min_rto_s=units.seconds(args.min_rto, "min rto"),
         timing_only=timing_only,
+        topology=topology,
     )
 
 
@@ -121,8 +123,10 @@ def describe(spec: NetworkSpec) -> str:
         f"buffer {up.buffer_bytes:g} B" if up.buffer_bytes else "",
         f"capacity {up.capacity}" if up.capacity else "",
     ]
+    tree = "" if spec.topology is None else f"topology {spec.topology.name}, "
     return (
-        f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
+        tree
+        + f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
         f"{up.prop_delay_s * 1e6:g} us propagation"
         + "".join(f", {e}" for e in extra if e)
         + f"; switch {'at line rate' if sw.rate_bps is None else rate(sw.rate_bps) + 'bit/s'}, "

@@ -2,7 +2,8 @@
 
 Workers send INA payloads to the switch's UDP port; results go back to the addresses the
 control plane installed in ``worker_table`` (one datagram per replica of the job's multicast
-group; unicast replies to the worker that retransmitted). A batch of datagrams per
+group; unicast replies to the worker that retransmitted; a leaf's packets up to its parent
+switch's address in ``parent_table``). A batch of datagrams per
 recvmmsg, one `Pipeline.process_batch` per batch, one sendmmsg per batch of outputs.
 
 The loop holds ``lock`` while it runs a batch, so the P4Runtime service (another thread of
@@ -18,7 +19,7 @@ import numpy as np
 from ina.netio import BatchSocket
 from ina.protocol import UDP_PORT
 from ina.switch_model.impair import Impairment
-from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+from ina.switch_model.pipeline import MULTICAST, PARENT, Outputs, Pipeline
 
 
 class SwitchServer:
@@ -105,7 +106,10 @@ class SwitchServer:
             else:
                 targets = [dest]
             for w in targets:
-                addr = tables.workers.get((job_id, w))
+                if dest == PARENT:
+                    addr = tables.parents.get(job_id)
+                else:
+                    addr = tables.workers.get((job_id, w))
                 if addr is None:
                     self.unroutable += 1
                     continue
