@@ -73,7 +73,7 @@ from ina.protocol import (
     Op,
     packet_bytes,
 )
-from ina.switch_model.state import Counters, RunRegisters, SlotRegisters
+from ina.switch_model.state import Counters, RunRegisters, SlotRegisters, Storage
 from ina.switch_model.tables import JobEntry, Tables
 
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
@@ -140,7 +140,17 @@ class Outputs:
 class Pipeline:
     """The INA aggregation pipeline with its registers, counters and tables."""
 
-    def __init__(self, lanes: int, pool_total: int, tables: Tables | None = None) -> None:
+    def __init__(
+        self,
+        lanes: int,
+        pool_total: int,
+        tables: Tables | None = None,
+        storage: Storage | None = None,
+        counters: Counters | None = None,
+    ) -> None:
+        """``storage`` places the registers (default: private to this object, see
+        `ina.switch_model.state`); ``counters`` replaces the private counters (a sharded
+        switch's front end sums its shards')."""
         if not 1 <= lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {lanes}")
         if pool_total < 1:
@@ -149,9 +159,9 @@ class Pipeline:
         self.pool_total = pool_total
         self.payload_bytes = packet_bytes(lanes)
         self.tables = tables if tables is not None else Tables()
-        self.registers = SlotRegisters(pool_total, lanes)
-        self.runs = RunRegisters()
-        self.counters = Counters()
+        self.registers = SlotRegisters(pool_total, lanes, storage)
+        self.runs = RunRegisters(storage)
+        self.counters = counters if counters is not None else Counters(storage)
 
     # -- control plane -----------------------------------------------------------------
 

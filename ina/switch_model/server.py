@@ -12,6 +12,7 @@ the same process) sees tables, registers and counters between batches, never mid
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,12 +32,19 @@ class SwitchServer:
         batch: int = 128,
         lock: threading.Lock | None = None,
         impairment: Impairment | None = None,
+        sock: BatchSocket | None = None,
+        sync: Callable[[], None] | None = None,
     ) -> None:
+        """``sock``: serve on this socket instead of binding ``bind`` (a shard's socket of a
+        SO_REUSEPORT group); ``sync``: called under ``lock`` before every batch (a shard
+        picks up the control plane's table writes there)."""
         self.pipeline = pipeline
+        self.sync = sync
         self.impairment = impairment if impairment is not None and impairment.active else None
         self.lock = lock or threading.Lock()
         # One byte more than a valid packet so that oversized datagrams show up as such.
-        self.sock = BatchSocket(bind, batch=batch, stride=pipeline.payload_bytes + 1)
+        self.sock = sock or BatchSocket(bind, batch=batch, stride=pipeline.payload_bytes + 1)
+        batch = self.sock.batch
         # room for one output per input, and an impairment may duplicate every input once
         self.out = Outputs.allocate(2 * batch, pipeline.payload_bytes)
         self._stop = threading.Event()
@@ -73,6 +81,8 @@ class SwitchServer:
             got = self.impairment.apply(np.arange(lengths.size))
             data, lengths = data[got], lengths[got]
         with self.lock:
+            if self.sync is not None:
+                self.sync()
             m = self.pipeline.process_batch(data, lengths, self.out)
             self.batches += 1
             if m == 0:
