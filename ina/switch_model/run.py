@@ -233,7 +233,8 @@ def run_sharded(args: argparse.Namespace, specs: list[JobSpec], impairment: Impa
                 p.join()
         if grpc_server is not None:
             grpc_server.stop(grace=0.5)
-    print(json.dumps({"counters": state.counters.snapshot()}), flush=True)
+    shards = [c.snapshot() for c in state.counters.shards]
+    print(json.dumps({"counters": state.counters.snapshot(), "shards": shards}), flush=True)
     return rc
 
 

@@ -65,6 +65,14 @@ def shard_of(op: int, slot: int, shards: int) -> int:
     return 0 if op == Op.JOIN else slot % shards
 
 
+def shard_of_payload(payload: bytes, shards: int) -> int:
+    """`shard_of` for a datagram, as the program reads it: a runt goes to shard 0."""
+    if len(payload) < _SLOT_OFFSET + 2:
+        return 0
+    slot = int.from_bytes(payload[_SLOT_OFFSET : _SLOT_OFFSET + 2], "big")
+    return shard_of(payload[_OP_OFFSET], slot, shards)
+
+
 def steering_program(shards: int) -> list[tuple[int, int, int, int]]:
     """Classic BPF (code, jt, jf, k) returning the socket index of a datagram's payload:
     0 for a JOIN, else the big-endian slot field mod ``shards``. A load past a short
