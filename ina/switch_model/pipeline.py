@@ -243,8 +243,10 @@ class Pipeline:
         if idx.size == 0:
             return 0
 
-        # Lanes to native int32 once for the batch; the stateful loop uses whole rows.
-        lanes_in = data[idx, HEADER_BYTES:pb].copy().view(LANE_DTYPE).astype(np.int32)
+        # Lanes to native int32 once for the batch (one copy, byte-swapping as it goes); the
+        # stateful loop uses whole rows. All valid: a strided view of the batch, no gather.
+        raw = data[:n, HEADER_BYTES:pb] if idx.size == n else data[idx, HEADER_BYTES:pb]
+        lanes_in = raw.view(LANE_DTYPE).astype(np.int32)
         h = hdr[idx]
         ops = h["op"].tolist()
         shadows = ((h["flags"] & int(Flag.SHADOW)) != 0).astype(np.int64).tolist()
@@ -447,9 +449,8 @@ class Pipeline:
             oh["level"] = out_level
             oh["epoch"] = out_epoch
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
-            out.data[:m, HEADER_BYTES:pb] = (
-                staged[:m].astype(LANE_DTYPE).view(np.uint8).reshape(m, pb - HEADER_BYTES)
-            )
+            # byte-swapped straight into the output rows (no big-endian temporary)
+            out.data[:m, HEADER_BYTES:pb].view(LANE_DTYPE)[:] = staged[:m]
             out.dest[:m] = np.where(kinds == 0, MULTICAST, oh["worker_id"].astype(np.int32))
             out.job_id[:m] = oh["job_id"]
             out.src[:m] = idx[ks]
@@ -457,8 +458,9 @@ class Pipeline:
             out.group[:m] = grp
             # RESULT_PACKETS counts copies on the wire: a multicast counts its replicas,
             # a pending reply is not a result.
+            sizes = {g: self.group_size(g) for g in set(grp)}
             copies = [
-                self.group_size(g) if kd == 0 else (1 if kd == 1 else 0)
+                sizes[g] if kd == 0 else (1 if kd == 1 else 0)
                 for g, kd in zip(grp, out_kind, strict=True)
             ]
             tally[2 * Counter.RESULT_PACKETS] += sum(copies)

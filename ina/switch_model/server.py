@@ -88,35 +88,46 @@ class SwitchServer:
             if m == 0:
                 return
             rows, dests = self._route(m)
-        if rows:
+        if rows.size:
             pb = self.pipeline.payload_bytes
-            r = np.asarray(rows, np.int64)
-            d = np.asarray(dests, np.int64)
+            r, d = rows, dests
             if self.impairment is not None:
                 got = self.impairment.apply(np.arange(r.size))
                 r, d = r[got], d[got]
             self.sock.send_batch(self.out.data, r, np.full(r.size, pb), d)
 
-    def _route(self, m: int) -> tuple[list[int], list[int]]:
-        """Output rows and address-book entries of every datagram to send (egress)."""
+    def _route(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Output rows and address-book entries of every datagram to send (egress), in
+        output order, each multicast's replicas in group order.
+
+        Each distinct destination (a job's multicast group, or one worker) is resolved once
+        per batch: a batch's results mostly go to one group, so the per-output work is one
+        dict lookup, not a table lookup per replica."""
         tables = self.pipeline.tables
         book = self.sock.addresses
+        out = self.out
+        resolved: dict[tuple[int, int, int], tuple[list[int], int]] = {}
         rows: list[int] = []
         dests: list[int] = []
-        out = self.out
-        for i, (dest, job_id, group) in enumerate(
+        for i, key in enumerate(
             zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
         ):
-            targets = (
-                [rid for _, rid in tables.mcast_groups.get(group, ())]
-                if dest == MULTICAST
-                else [dest]
-            )
-            for w in targets:
-                addr = tables.workers.get((job_id, w))
-                if addr is None:
-                    self.unroutable += 1
-                    continue
-                rows.append(i)
-                dests.append(book.add(addr.ip, addr.udp_port))
-        return rows, dests
+            hit = resolved.get(key)
+            if hit is None:
+                dest, job_id, group = key
+                targets = (
+                    [rid for _, rid in tables.mcast_groups.get(group, ())]
+                    if dest == MULTICAST
+                    else [dest]
+                )
+                entries = []
+                for w in targets:
+                    addr = tables.workers.get((job_id, w))
+                    if addr is not None:
+                        entries.append(book.add(addr.ip, addr.udp_port))
+                hit = resolved[key] = (entries, len(targets) - len(entries))
+            entries, missing = hit
+            self.unroutable += missing  # replicas to a worker with no worker_table entry
+            rows.extend([i] * len(entries))
+            dests.extend(entries)
+        return np.asarray(rows, np.int64), np.asarray(dests, np.int64)
