@@ -92,6 +92,14 @@ _AGGREGATED = 2 * int(Counter.AGGREGATED)
 _RESULTS = 2 * int(Counter.RESULTS)
 _JOINS = 2 * int(Counter.JOINS)
 _RUNS = 2 * int(Counter.RUNS)
+_PACKETS_IN = 2 * int(Counter.PACKETS_IN)
+_DROP_MALFORMED = 2 * int(Counter.DROP_MALFORMED)
+_RESULT_PACKETS = 2 * int(Counter.RESULT_PACKETS)
+_NUM_COUNTERS = len(Counter)
+# Plain ints for the vectorized stages too: an enum member in a numpy expression takes the
+# enum's own operator first and costs tens of microseconds per batch.
+_OP_FIRST, _OP_LAST = int(Op.SUM), int(Op.JOIN)
+_RESULT, _PENDING, _SHADOW = int(Flag.RESULT), int(Flag.PENDING), int(Flag.SHADOW)
 
 
 @dataclass
@@ -215,10 +223,11 @@ class Pipeline:
         if n == 0:
             return 0
         lengths = np.asarray(lengths, dtype=np.int64)
-        stats = self.counters.stats
         frame_len = lengths + frame_overhead
-        stats[Counter.PACKETS_IN, 0] += n
-        stats[Counter.PACKETS_IN, 1] += int(frame_len.sum())
+        # Local tallies, flushed into the counter arrays once per batch.
+        tally = [0] * (2 * _NUM_COUNTERS)
+        tally[_PACKETS_IN] = n
+        tally[_PACKETS_IN + 1] = int(frame_len.sum())
 
         # -- Validate (vectorized) ---------------------------------------------------
         pb = self.payload_bytes
@@ -230,17 +239,18 @@ class Pipeline:
             valid = (
                 (lengths == pb)
                 & (hdr["version"] == VERSION)
-                & (hdr["op"] >= Op.SUM)
-                & (hdr["op"] <= Op.JOIN)
-                & ((hdr["flags"] & (Flag.RESULT | Flag.PENDING)) == 0)
+                & (hdr["op"] >= _OP_FIRST)
+                & (hdr["op"] <= _OP_LAST)
+                & ((hdr["flags"] & (_RESULT | _PENDING)) == 0)
                 & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
             )
         bad = ~valid
         if bad.any():
-            stats[Counter.DROP_MALFORMED, 0] += int(bad.sum())
-            stats[Counter.DROP_MALFORMED, 1] += int(frame_len[bad].sum())
+            tally[_DROP_MALFORMED] = int(bad.sum())
+            tally[_DROP_MALFORMED + 1] = int(frame_len[bad].sum())
         idx = np.flatnonzero(valid)
         if idx.size == 0:
+            self._flush(tally)
             return 0
 
         # Lanes to native int32 once for the batch (one copy, byte-swapping as it goes); the
@@ -249,7 +259,7 @@ class Pipeline:
         lanes_in = raw.view(LANE_DTYPE).astype(np.int32)
         h = hdr[idx]
         ops = h["op"].tolist()
-        shadows = ((h["flags"] & int(Flag.SHADOW)) != 0).astype(np.int64).tolist()
+        shadows = ((h["flags"] & _SHADOW) != 0).astype(np.int64).tolist()
         workers = h["worker_id"].tolist()
         jobs_in = h["job_id"].tolist()
         slots = h["slot"].tolist()
@@ -272,8 +282,6 @@ class Pipeline:
         )
         agg_wrow: list[int] = []  # worker_contributions rows and bytes, flushed per batch
         agg_len: list[int] = []
-        # Local tallies, flushed into the counter arrays once per batch.
-        tally = [0] * (2 * len(Counter))
 
         # Output bookkeeping, snapshotted when the output is decided (as the P4 program
         # writes the packet then): input row, kind, bitmap, exp, level; lanes go to `staged`.
@@ -442,8 +450,8 @@ class Pipeline:
             ks = np.asarray(out_k)
             kinds = np.asarray(out_kind)
             oh = h[ks].copy()
-            shadow_bits = oh["flags"] & Flag.SHADOW
-            oh["flags"] = np.where(kinds == 2, Flag.PENDING, Flag.RESULT) | shadow_bits
+            shadow_bits = oh["flags"] & _SHADOW
+            oh["flags"] = np.where(kinds == 2, _PENDING, _RESULT) | shadow_bits
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
@@ -463,19 +471,22 @@ class Pipeline:
                 sizes[g] if kd == 0 else (1 if kd == 1 else 0)
                 for g, kd in zip(grp, out_kind, strict=True)
             ]
-            tally[2 * Counter.RESULT_PACKETS] += sum(copies)
-            tally[2 * Counter.RESULT_PACKETS + 1] += sum(
+            tally[_RESULT_PACKETS] += sum(copies)
+            tally[_RESULT_PACKETS + 1] += sum(
                 c * flen[k] for c, k in zip(copies, out_k, strict=True)
             )
         out.n = m
 
-        t = np.asarray(tally, dtype=np.int64).reshape(len(Counter), 2)
-        stats += t
+        self._flush(tally)
         if agg_wrow:
             wstats = self.counters.workers
             np.add.at(wstats[:, 0], agg_wrow, 1)
             np.add.at(wstats[:, 1], agg_wrow, agg_len)
         return m
+
+    def _flush(self, tally: list[int]) -> None:
+        """Add a batch's (packets, bytes) tallies, indexed 2 * Counter, to ``ina_stats``."""
+        self.counters.stats += np.asarray(tally, dtype=np.int64).reshape(_NUM_COUNTERS, 2)
 
 
 def lanes_of(payload: bytes) -> np.ndarray:
