@@ -10,9 +10,11 @@ once, and P4Runtime writes, reads and counter resets reach every shard.
 from __future__ import annotations
 
 import dataclasses
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -281,6 +283,28 @@ def test_p4runtime_in_front_of_sharded_processes():
         final = sw.stop()
     assert final["results"][0] == 40  # counted since the reset: summed over shards
     assert [s["results"][0] for s in sw.final_shard_counters] == [20, 20]
+
+
+@pytest.mark.network
+def test_shards_exit_when_their_parent_is_killed():
+    jobs = local_jobs(2, 16)
+    sw = LocalSwitch(jobs, lanes=8, grpc=False, shards=2)
+    try:
+        sw.proc.kill()  # no SIGTERM handler runs: the shards must notice on their own
+        sw.proc.wait(10)
+        deadline = time.monotonic() + 20
+        while True:  # the port is free once every shard closed its socket
+            probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                probe.bind(sw.address)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "shards still hold the port"
+                time.sleep(0.1)
+            finally:
+                probe.close()
+    finally:
+        sw.stop()
 
 
 def test_shards_out_of_range_is_a_usage_error():

@@ -34,10 +34,12 @@ class SwitchServer:
         impairment: Impairment | None = None,
         sock: BatchSocket | None = None,
         sync: Callable[[], None] | None = None,
+        stop_event: threading.Event | None = None,
     ) -> None:
         """``sock``: serve on this socket instead of binding ``bind`` (a shard's socket of a
         SO_REUSEPORT group); ``sync``: called under ``lock`` before every batch (a shard
-        picks up the control plane's table writes there)."""
+        picks up the control plane's table writes there); ``stop_event``: `stop` sets it,
+        and setting it stops the loop (a shard's SIGTERM handler may set it early)."""
         self.pipeline = pipeline
         self.sync = sync
         self.impairment = impairment if impairment is not None and impairment.active else None
@@ -47,7 +49,7 @@ class SwitchServer:
         batch = self.sock.batch
         # room for one output per input, and an impairment may duplicate every input once
         self.out = Outputs.allocate(2 * batch, pipeline.payload_bytes)
-        self._stop = threading.Event()
+        self._stop = stop_event if stop_event is not None else threading.Event()
         self.unroutable = 0  # outputs for a worker with no worker_table entry (dropped)
         self.batches = 0
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import multiprocessing as mp
+import os
 import pickle
 import signal
 import socket
@@ -51,6 +53,7 @@ from ina.switch_model.tables import Tables
 
 MAX_SHARDS = 64
 SO_ATTACH_REUSEPORT_CBPF = 51  # include/uapi/asm-generic/socket.h
+PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 TABLES_BYTES = 8 << 20  # room for the pickled tables (a full worker_table is ~1 MiB)
 
 _OP_OFFSET = HEADER_DTYPE.fields["op"][1]
@@ -284,6 +287,13 @@ def serve_shard(
 ) -> None:
     """A shard process: serve socket ``index`` of the group until SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (Ctrl-C reaches all)
+    parent = mp.parent_process().pid
+    server_stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: server_stop.set())
+    # A parent killed outright (SIGKILL) must not leave shards serving its port.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent or server_stop.is_set():
+        return
     for i, s in enumerate(socks):
         if i != index:
             s.close()  # the other shards' sockets stay open in their own processes
@@ -294,7 +304,7 @@ def serve_shard(
         impairment=impairment,
         sock=socks[index],
         sync=state.syncer(pipeline.tables),
+        stop_event=server_stop,  # set by SIGTERM, even before the server existed
     )
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
     server.serve_forever()
     server.close()
