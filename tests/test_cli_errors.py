@@ -61,6 +61,15 @@ BAD_JOBS = {
     "no jobs key": ({"job": []}, "no 'jobs' key"),
     "worker without udp_port": (_no_udp_port(), "job 1: workers[1]: missing 'udp_port'"),
     "pool not a power of two": (_pool(100), "power-of-two pool_size"),
+    # BMv2 refuses multicast group ids above 32767: job_id + 1 (the default) may not pick one
+    "default group beyond BMv2's": (
+        {"jobs": [{**_job_json(), "job_id": 32767}]},
+        "job 32767: the default 32768 (job_id + 1) is not a multicast group id BMv2 accepts",
+    ),
+    "mcast_grp beyond BMv2's": (
+        {"jobs": [{**_job_json(), "mcast_grp": 40000}]},
+        "job 1: mcast_grp 40000 is not a multicast group id BMv2 accepts (1..32767)",
+    ),
     "pool_base not an integer": (
         {"jobs": [{**_job_json(), "pool_base": "0"}]},
         "'pool_base' must be an integer",

@@ -22,6 +22,10 @@ POOL_SLOTS = 1024  # slots shared by all jobs; registers hold 2 shadow copies ea
 MAX_JOBS = 64  # job_table size and job_index range
 WORKER_TABLE_SIZE = MAX_JOBS * MAX_WORKERS
 FORWARD_TABLE_SIZE = 1024
+# Multicast group ids BMv2 accepts: 1..32767 (a P4Runtime write of 32768 or more gets
+# OUT_OF_RANGE from its packet replication engine; 0 is reserved by the P4Runtime spec). The
+# model refuses the same ids, and the control plane never picks one (`JobSpec.entry`).
+MAX_MCAST_GROUP = 0x7FFF
 
 
 def _id(kind: int, n: int) -> int:

@@ -15,12 +15,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ina.host.allreduce import CompressionConfig, Worker
-from ina.sim.network import NetworkSpec, SimNetwork, SimTransport, build
+from ina.p4.entities import POOL_SLOTS
+from ina.sim.network import PLACEMENTS, NetworkSpec, SimNetwork, SimTransport, build
 from ina.sim.options import add_network_arguments, describe, network_spec
 
 
@@ -36,6 +38,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "any number of workers, one worker's memory (docs/simulation.md)",
     )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="jobs on the switch at once, each with --workers workers and a pool of --pool "
+        "(ATP's setting): each job's time together and alone (ina/sim/jobs.py)",
+    )
+    p.add_argument(
+        "--placement",
+        default="separate",
+        choices=PLACEMENTS,
+        help="with --jobs: every worker on its own host, or worker w of every job on host w "
+        "(sharing its link)",
+    )
+    p.add_argument(
+        "--switch-slots",
+        type=int,
+        default=POOL_SLOTS,
+        help="the switch's slot memory, shared by the jobs' pools",
+    )
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     p.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
     p.add_argument("--density", type=float, default=1.0, help="< 1: compressed (top-k)")
@@ -73,7 +95,7 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
     wall = time.perf_counter() - wall0
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
-    links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+    links = net.links()
     packets = sum(link.packets for link in links)
     stats = [w.stats for w in workers]
     return {
@@ -122,16 +144,39 @@ def main(args: argparse.Namespace) -> int:
         args.size = int(args.size)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
-        spec = network_spec(
-            args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+        spec = replace(
+            network_spec(
+                args,
+                args.workers,
+                args.lanes,
+                args.pool,
+                seed=args.seed,
+                timing_only=args.timing_only,
+            ),
+            jobs=args.jobs,
+            placement=args.placement,
+            switch_slots=args.switch_slots,
         )
+        if args.jobs > 1 and args.density != 1:
+            raise ValueError("--jobs runs dense allreduces (no --density)")
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2
+    if args.jobs > 1:
+        from ina.sim import jobs
+
+        r = jobs.run(spec, args.size, args.iters, args.seed)
+        jobs.print_result(r)
+        write(args.out, r)
+        return 0 if r["exact"] else 1
     r = run(spec, args.size, args.iters, args.density, args.seed)
     print_result(r)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(json.dumps(r, indent=2) + "\n")
+    write(args.out, r)
     return 0 if r["exact"] else 1
+
+
+def write(out: str | None, r: dict) -> None:
+    """``out``/result.json, if asked for."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "result.json").write_text(json.dumps(r, indent=2) + "\n")

@@ -18,7 +18,8 @@ byte for byte. Its steps carry the names of the P4 controls:
                       Not INA: ``Forward``, ``forward_table`` exact on the destination MAC ->
                       port; a miss drops (no flooding: hosts use static ARP entries).
 3. Replication        a RESULT for the job's multicast group leaves once per replica (egress
-                      port, rid) of the group, in the group's order; a unicast reply (stored
+                      port, rid) of the group, in descending rid as BMv2 sends them
+                      (`Tables.replicas`); a unicast reply (stored
                       RESULT or PENDING for a retransmission) leaves by the port it came in on.
 4. ``WorkerRewrite``  each copy is addressed from ``worker_table[(job_id, worker)]`` (worker =
                       the replica's rid, or the header's worker_id for a unicast reply):
@@ -408,7 +409,7 @@ class FramePipeline:
             raise AssertionError("an output matches no request of its batch")
 
         # -- Replication: the copies of each output, in output order (a group's replicas
-        # in the group's order), with the egress port and worker_table's bytes of each.
+        # in descending rid), with the egress port and worker_table's bytes of each.
         dest = pout.dest[:m]
         mc = dest == MULTICAST
         job = pout.job_id[:m].astype(np.int64)
@@ -473,7 +474,7 @@ class FramePipeline:
         12 bytes WorkerRewrite writes for each, and how many have no entry."""
         tables = self.pipeline.tables
         ports, books, missing = [], [], 0
-        for port, rid in tables.mcast_groups.get(group, ()):
+        for port, rid in tables.replicas(group):
             addr = tables.workers.get((job, rid))
             if addr is None:
                 missing += 1

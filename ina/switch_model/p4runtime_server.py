@@ -851,8 +851,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         gid = m.multicast_group_id
         if gid == 0:
             raise _fail(SC.INVALID_ARGUMENT, "multicast group id 0 is reserved")
-        if gid >> 16:
-            raise _fail(SC.OUT_OF_RANGE, f"multicast group {gid} does not fit bit<16>")
+        if gid > entities.MAX_MCAST_GROUP:  # as BMv2 answers (issue 11)
+            raise _fail(
+                SC.OUT_OF_RANGE, f"multicast group {gid}: ids are 1..{entities.MAX_MCAST_GROUP}"
+            )
         groups = self.pipeline.tables.mcast_groups
         if utype == _U.DELETE:
             if gid not in groups:

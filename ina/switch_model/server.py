@@ -100,7 +100,7 @@ class SwitchServer:
 
     def _route(self, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Output rows and address-book entries of every datagram to send (egress), in
-        output order, each multicast's replicas in group order.
+        output order, each multicast's replicas in `Tables.replicas` order.
 
         Each distinct destination (a job's multicast group, or one worker) is resolved once
         per batch: a batch's results mostly go to one group, so the per-output work is one
@@ -118,9 +118,7 @@ class SwitchServer:
             if hit is None:
                 dest, job_id, group = key
                 targets = (
-                    [rid for _, rid in tables.mcast_groups.get(group, ())]
-                    if dest == MULTICAST
-                    else [dest]
+                    [rid for _, rid in tables.replicas(group)] if dest == MULTICAST else [dest]
                 )
                 entries = []
                 for w in targets:

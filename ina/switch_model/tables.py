@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ina.errors import UsageError
-from ina.p4.entities import MAX_JOBS
+from ina.p4.entities import MAX_JOBS, MAX_MCAST_GROUP
 from ina.protocol import MAX_WORKERS
 
 
@@ -89,6 +89,13 @@ class Tables:
     def add_worker(self, w: WorkerAddress) -> None:
         self.workers[(w.job_id, w.worker_id)] = w
 
+    def replicas(self, group: int) -> list[tuple[int, int]]:
+        """The copies a multicast to ``group`` makes, (egress port, rid), in the order they
+        leave: descending rid, whatever order the group was written in, because that is the
+        order in which BMv2 sends them (measured: tests/test_differential.py, two workers
+        behind one port see it as who hears first; issue 11)."""
+        return sorted(self.mcast_groups.get(group, ()), key=lambda pr: -pr[1])
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -103,13 +110,22 @@ class JobSpec:
     mcast_grp: int = 0
 
     def entry(self) -> JobEntry:
+        """The ``job_table`` entry; the multicast group is ``mcast_grp``, or job_id + 1 when
+        it is 0. Raises ValueError for a group BMv2 would refuse (above `MAX_MCAST_GROUP`)."""
+        group = self.mcast_grp or self.job_id + 1
+        if not 1 <= group <= MAX_MCAST_GROUP:
+            which = f"mcast_grp {group}" if self.mcast_grp else f"the default {group} (job_id + 1)"
+            raise ValueError(
+                f"job {self.job_id}: {which} is not a multicast group id BMv2 accepts "
+                f"(1..{MAX_MCAST_GROUP}): give the job a mcast_grp in that range"
+            )
         return JobEntry(
             job_id=self.job_id,
             job_index=self.job_index,
             num_workers=self.num_workers,
             pool_base=self.pool_base,
             pool_size=self.pool_size,
-            mcast_grp=self.mcast_grp or self.job_id + 1,
+            mcast_grp=group,
         )
 
     def to_json(self) -> dict:

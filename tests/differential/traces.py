@@ -9,13 +9,16 @@ what its name says.
 The default topology::
 
     port 1  host 1 (10.0.0.1)  job 1 worker 0 (UDP 50000), job 3 worker 0 (UDP 50100)
-    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001)
-    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002)
+    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001), job 5 workers 0 and 2 (UDP 50200,
+                               50202)
+    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002), job 5 worker 1 (UDP 50201)
     port 4  host 4 (10.0.0.4)  job 2 worker 0 (UDP 51000), job 3 worker 1 (UDP 50101)
 
     job 1: 3 workers, pool slots 5..8   (pool_size 4), job_index 2, multicast group 7
     job 2: 1 worker,  pool slots 0..1   (pool_size 2), job_index 0, multicast group 8
     job 3: 2 workers, pool slots 16..23 (pool_size 8), job_index 5, multicast group 9
+    job 5: 3 workers, pool slots 24..27 (pool_size 4), job_index 6, multicast group 10: two
+           workers behind one port, so two replicas of a result leave by port 2
     forward_table: each host's MAC -> its port
 
 Add a trace by writing a function ``def name(b: TraceBuilder) -> dict[str, int]`` that sends
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scapy.layers.inet import ICMP, IP, UDP, IPOption
 from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import ARP, Ether
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
 from ina.compressors.base import float_bits
@@ -116,6 +119,15 @@ def default_topology() -> Topology:
             workers=(worker(3, 0, h1, 50100), worker(3, 1, h4, 50101)),
             job_index=5,
             mcast_grp=9,
+        ),
+        JobSpec(
+            job_id=5,
+            num_workers=3,
+            pool_base=24,
+            pool_size=4,
+            workers=(worker(5, 0, h2, 50200), worker(5, 1, h3, 50201), worker(5, 2, h2, 50202)),
+            job_index=6,
+            mcast_grp=10,
         ),
     )
     return Topology("02:00:0a:00:00:fe", "10.0.0.254", hosts, jobs)
@@ -535,6 +547,18 @@ def two_jobs_interleaved(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def shared_port_replicas(b: TraceBuilder) -> dict[str, int]:
+    """Job 5 has workers 0 and 2 behind port 2: every result leaves port 2 twice, and the
+    copies' order there is the replication engine's (BMv2: descending replica id, whatever
+    order the group was written in), seen by the workers as which one hears first."""
+    for seq in range(6):
+        b.round(5, seq)
+    b.ina(5, 2, 0, retx=True)  # a stored result by unicast, between the multicasts
+    b.round(5, 6)
+    return {"aggregated": 21, "results": 7, "result_packets": 22, "retx_replies": 1}
+
+
+@trace
 def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
     """Everything that is not INA goes through forward_table on the destination MAC, as it
     is; a miss (unknown MAC, broadcast, the switch's own MAC) drops it."""
@@ -565,6 +589,35 @@ def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
     b.frame(4, eth(h4, h1) / IP(src=h4.ip, dst=h1.ip, proto=6) / Raw(bytes(20)))  # TCP
     b.frame(2, eth(h2, sw_mac) / IP(src=h2.ip, dst=sw_ip) / UDP(sport=1, dport=2))  # miss
     return {"packets_in": 0}
+
+
+@trace
+def vlan_tagged(b: TraceBuilder) -> dict[str, int]:
+    """802.1Q (and 802.1ad) tagged frames are not INA, whatever they carry: the parser takes
+    IPv4 only from ether_type 0x0800, so they go through forward_table and leave with their
+    tags. On veths the kernel takes the tag off every received frame: the switch (libpcap for
+    BMv2, `ina.packet_socket` for the model) and the harness must put it back."""
+    h1, h2, h3, h4 = (b.topo.host(f"h{i}") for i in range(1, 5))
+    w = b.topo.worker(1, 0)
+    ina = UDP(sport=w.udp_port, dport=UDP_PORT) / INA(worker_id=0, job_id=1, seq=0, lanes=b.lanes())
+    to_switch = IP(src=w.ip, dst=b.topo.switch_ip) / ina
+    sw = b.topo.switch_mac
+    b.frame(1, Ether(src=h1.mac, dst=sw) / Dot1Q(vlan=10) / to_switch)  # to the switch: miss
+    b.frame(1, Ether(src=h1.mac, dst=h2.mac) / Dot1Q(vlan=10) / to_switch)  # to host 2
+    b.frame(1, Ether(src=h1.mac, dst=h3.mac) / Dot1Q(vlan=0, prio=5) / to_switch)  # priority
+    b.frame(4, Ether(src=h4.mac, dst=h1.mac) / Dot1Q(vlan=4094) / IP(src=h4.ip, dst=h1.ip) / ICMP())
+    b.frame(
+        2,
+        Ether(src=h2.mac, dst=h4.mac)
+        / Dot1AD(vlan=100)
+        / Dot1Q(vlan=20)
+        / IP(src=h2.ip, dst=h4.ip)
+        / UDP(sport=40000, dport=40001)
+        / Raw(b"QinQ"),
+    )
+    b.frame(3, Ether(src=h3.mac, dst=h2.mac) / Dot1Q(vlan=7) / ARP(psrc=h3.ip, pdst=h2.ip))
+    b.round(1, 0)  # and untagged INA still aggregates
+    return {"packets_in": 3, "aggregated": 3, "results": 1}
 
 
 @trace
