@@ -87,8 +87,13 @@ class AddressBook:
 class BatchSocket:
     """A UDP socket that receives and sends batches of datagrams of at most ``stride`` bytes."""
 
-    def __init__(self, bind: tuple[str, int], batch: int = 64, stride: int = 2048) -> None:
+    def __init__(
+        self, bind: tuple[str, int], batch: int = 64, stride: int = 2048, reuseport: bool = False
+    ) -> None:
+        """``reuseport``: join the SO_REUSEPORT group on ``bind`` (a sharded switch's sockets)."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if reuseport:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)

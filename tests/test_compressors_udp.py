@@ -65,12 +65,15 @@ def run_threads(workers: int, fn) -> dict[int, object]:
     return results
 
 
-def udp_run(workers: int, loss: float, work, timeout: float = 30.0) -> dict[int, object]:
+def udp_run(
+    workers: int, loss: float, work, timeout: float = 30.0, shards: int = 1
+) -> dict[int, object]:
     """``work(w, round_fn)`` on every worker against a switch process with impairments."""
     jobs = local_jobs(workers, pool_size=16)
     spec = jobs[0]
     impair = ("--loss", str(loss), "--dup", "0.02", "--reorder", "0.3", "--seed", str(workers))
-    with LocalSwitch(jobs, lanes=LANES, grpc=False, extra_args=impair if loss else ()) as sw:
+    extra = impair if loss else ()
+    with LocalSwitch(jobs, lanes=LANES, grpc=False, extra_args=extra, shards=shards) as sw:
 
         def body(w: int):
             addr = spec.workers[w]
@@ -100,8 +103,8 @@ def udp_run(workers: int, loss: float, work, timeout: float = 30.0) -> dict[int,
         return run_threads(workers, body)
 
 
-@pytest.mark.parametrize("workers", [2, 5, 16])
-def test_methods_exact_through_the_udp_switch_under_loss(workers):
+@pytest.mark.parametrize(("workers", "shards"), [(2, 1), (5, 1), (16, 1), (5, 2)])
+def test_methods_exact_through_the_udp_switch_under_loss(workers, shards):
     n = 2000
     xs = tensors(workers, n, seed=workers)
 
@@ -111,7 +114,7 @@ def test_methods_exact_through_the_udp_switch_under_loss(workers):
     def work(w, round_fn):
         return [run_blocking(c.step_steps(xs[w], "b"), round_fn) for c in comms(w)]
 
-    got = udp_run(workers, 0.05, work)
+    got = udp_run(workers, 0.05, work, shards=shards)
     for w, r in got.items():
         assert not isinstance(r, BaseException), f"worker {w}: {r!r}"
     assert sum(stats.retransmissions for _, stats in got.values()) > 0  # loss happened

@@ -154,11 +154,12 @@ def check_exact(out: dict[int, tuple]) -> None:
 
 
 @pytest.mark.network
-def test_the_readme_example_twice_against_one_switch_gives_exact_sums_both_times():
+@pytest.mark.parametrize("shards", [1, 2])  # 2: JOINs on shard 0, each run's data on both
+def test_the_readme_example_twice_against_one_switch_gives_exact_sums_both_times(shards):
     jobs = local_jobs(2, 128)
     rng = np.random.default_rng(3)
     grads = [rng.standard_normal(5000).astype(np.float32) for _ in range(2)]
-    with LocalSwitch(jobs, lanes=256, grpc=False) as sw:
+    with LocalSwitch(jobs, lanes=256, grpc=False, shards=shards) as sw:
         cfgs = worker_configs(jobs[0], sw.address, lanes=256, timeout=10.0)
         first = readme_example_run(cfgs, grads)
         check_exact(first)

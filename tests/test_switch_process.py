@@ -38,10 +38,11 @@ def allreduce_all(cfgs, x):
     return out
 
 
-def test_fuzzed_switch_keeps_serving_and_counts_drops():
+@pytest.mark.parametrize("shards", [1, 2])
+def test_fuzzed_switch_keeps_serving_and_counts_drops(shards):
     lanes = 32
     jobs = local_jobs(2, 16)
-    with LocalSwitch(jobs, lanes=lanes, grpc=False) as sw:
+    with LocalSwitch(jobs, lanes=lanes, grpc=False, shards=shards) as sw:
         rng = np.random.default_rng(1)
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # Mutations of a packet of another job: forging job 1's own packets would be a
@@ -71,9 +72,10 @@ def test_fuzzed_switch_keeps_serving_and_counts_drops():
     assert counters["packets_in"][0] >= sent - 100  # loopback may drop a few under load
 
 
-def test_result_flag_from_a_worker_is_malformed_not_aggregated():
+@pytest.mark.parametrize("shards", [1, 2])
+def test_result_flag_from_a_worker_is_malformed_not_aggregated(shards):
     jobs = local_jobs(2, 4)
-    with LocalSwitch(jobs, lanes=8, grpc=False) as sw:
+    with LocalSwitch(jobs, lanes=8, grpc=False, shards=shards) as sw:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.sendto(
             encode_packet(Header(job_id=1, flags=Flag.RESULT, num_lanes=8), np.ones(8)), sw.address

@@ -61,6 +61,7 @@ class LocalSwitch:
         grpc: bool = True,
         startup_timeout: float = 30.0,
         extra_args: tuple[str, ...] = (),
+        shards: int = 1,
     ) -> None:
         self.jobs = jobs
         self.lanes = lanes
@@ -83,6 +84,8 @@ class LocalSwitch:
             str(jobs_file),
             "--grpc",
             self.grpc_address,
+            "--shards",
+            str(shards),
             *extra_args,
         ]
         self.proc = subprocess.Popen(
@@ -100,6 +103,7 @@ class LocalSwitch:
         self._err_reader = threading.Thread(target=self._read_errors, daemon=True)
         self._err_reader.start()
         self.final_counters: dict | None = None  # set by stop(), which a failed start calls
+        self.final_shard_counters: list[dict] | None = None  # each shard's, if sharded
         self.ready_line = self._wait_ready(startup_timeout)
 
     @property
@@ -141,7 +145,9 @@ class LocalSwitch:
         while not self._lines.empty():
             line = self._lines.get()
             if line.startswith('{"counters"'):
-                self.final_counters = json.loads(line)["counters"]
+                final = json.loads(line)
+                self.final_counters = final["counters"]
+                self.final_shard_counters = final.get("shards")
         self._dir.cleanup()
         return self.final_counters
 

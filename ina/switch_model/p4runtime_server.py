@@ -19,7 +19,7 @@ P4Runtime entity                      switch model state
                                       hierarchical job); ``no_parent`` entries are kept
                                       beside it (the same as no entry)
 multicast group entries               ``Tables.mcast_groups[group] = [(port, instance)]``
-``ina_stats``, ``worker_contributions``  ``Pipeline.counters.stats`` / ``.workers``
+``ina_stats``, ``worker_contributions``  ``Pipeline.counters`` (``read``/``write``)
 ``slot_*`` registers                  ``Pipeline.registers`` (``slot_lane_i`` = lane i)
 ``job_epoch``, ``join_*``, ``up_*``   ``Pipeline.runs`` (JoinRun)
 ====================================  =====================================================
@@ -939,11 +939,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         c = self._schema.counters.get(counter_id)
         if c is None:
             raise _fail(SC.INVALID_ARGUMENT, f"unknown counter id {counter_id:#x}")
-        arr = {
-            "ina_stats": self.pipeline.counters.stats,
-            "worker_contributions": self.pipeline.counters.workers,
-        }[c.preamble.name]
-        return c, arr, min(c.size, arr.shape[0])
+        counters = self.pipeline.counters
+        return c, counters, min(c.size, counters.size(c.preamble.name))
 
     def _indices(self, what: str, entry, size: int, p4_size: int) -> range:
         if not entry.HasField("index"):
@@ -965,8 +962,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             return  # spec: the value is not modified
         if ce.data.packet_count < 0 or ce.data.byte_count < 0:
             raise _fail(SC.INVALID_ARGUMENT, "counter values must be >= 0")
-        arr[idx.start : idx.stop, 0] = ce.data.packet_count
-        arr[idx.start : idx.stop, 1] = ce.data.byte_count
+        arr.write(c.preamble.name, idx.start, idx.stop, ce.data.packet_count, ce.data.byte_count)
 
     def _register(self, register_id: int):
         r = self._schema.registers.get(register_id)
@@ -1079,7 +1075,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         for cid in ids:
             c, arr, size = self._counter_array(cid)
             idx = self._indices(c.preamble.name, q, size, c.size)
-            out.append(p4rt_wire.CounterCells(cid, idx.start, arr[idx.start : idx.stop].copy()))
+            cells = arr.read(c.preamble.name, idx.start, idx.stop)
+            out.append(p4rt_wire.CounterCells(cid, idx.start, cells))
         return out
 
     def _read_registers(self, q: p4runtime_pb2.RegisterEntry) -> list[p4rt_wire.RegisterCells]:
@@ -1094,6 +1091,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 cells = self.pipeline.register_cells(name)[idx.start : idx.stop]
                 if isinstance(cells, np.ndarray):
                     cells = cells.copy()  # a slice of a list is a copy already
+                elif isinstance(cells, memoryview):  # shared cells of a sharded switch
+                    cells = cells.tolist()
             elif lane >= regs.lanes:
                 cells = np.zeros(len(idx), np.int64)  # lanes the model does not run
             else:

@@ -86,7 +86,7 @@ from ina.protocol import (
     Op,
     packet_bytes,
 )
-from ina.switch_model.state import Counters, RunRegisters, SlotRegisters
+from ina.switch_model.state import Counters, RunRegisters, SlotRegisters, Storage
 from ina.switch_model.tables import JobEntry, ParentEntry, Tables
 
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
@@ -107,9 +107,16 @@ _RESULTS = 2 * int(Counter.RESULTS)
 _JOINS = 2 * int(Counter.JOINS)
 _RUNS = 2 * int(Counter.RUNS)
 _UP_PACKETS = 2 * int(Counter.UP_PACKETS)
+_PACKETS_IN = 2 * int(Counter.PACKETS_IN)
 _DROP_MALFORMED = 2 * int(Counter.DROP_MALFORMED)
+_RESULT_PACKETS = 2 * int(Counter.RESULT_PACKETS)
+_NUM_COUNTERS = len(Counter)
 _FROM_PARENT = int(Flag.RESULT | Flag.PENDING)
 _RESULT_FLAG = int(Flag.RESULT)
+# Plain ints for the vectorized stages too: an enum member in a numpy expression takes the
+# enum's own operator first and costs tens of microseconds per batch.
+_OP_FIRST, _OP_LAST = int(Op.SUM), int(Op.JOIN)
+_RESULT, _PENDING, _SHADOW = int(Flag.RESULT), int(Flag.PENDING), int(Flag.SHADOW)
 
 
 @dataclass
@@ -159,7 +166,17 @@ class Outputs:
 class Pipeline:
     """The INA aggregation pipeline with its registers, counters and tables."""
 
-    def __init__(self, lanes: int, pool_total: int, tables: Tables | None = None) -> None:
+    def __init__(
+        self,
+        lanes: int,
+        pool_total: int,
+        tables: Tables | None = None,
+        storage: Storage | None = None,
+        counters: Counters | None = None,
+    ) -> None:
+        """``storage`` places the registers (default: private to this object, see
+        `ina.switch_model.state`); ``counters`` replaces the private counters (a sharded
+        switch's front end sums its shards')."""
         if not 1 <= lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {lanes}")
         if pool_total < 1:
@@ -168,9 +185,9 @@ class Pipeline:
         self.pool_total = pool_total
         self.payload_bytes = packet_bytes(lanes)
         self.tables = tables if tables is not None else Tables()
-        self.registers = SlotRegisters(pool_total, lanes)
-        self.runs = RunRegisters()
-        self.counters = Counters()
+        self.registers = SlotRegisters(pool_total, lanes, storage)
+        self.runs = RunRegisters(storage)
+        self.counters = counters if counters is not None else Counters(storage)
 
     # -- control plane -----------------------------------------------------------------
 
@@ -231,10 +248,11 @@ class Pipeline:
         if n == 0:
             return 0
         lengths = np.asarray(lengths, dtype=np.int64)
-        stats = self.counters.stats
         frame_len = lengths + frame_overhead
-        stats[Counter.PACKETS_IN, 0] += n
-        stats[Counter.PACKETS_IN, 1] += int(frame_len.sum())
+        # Local tallies, flushed into the counter arrays once per batch.
+        tally = [0] * (2 * _NUM_COUNTERS)
+        tally[_PACKETS_IN] = n
+        tally[_PACKETS_IN + 1] = int(frame_len.sum())
 
         # -- Validate (vectorized) ---------------------------------------------------
         pb = self.payload_bytes
@@ -246,23 +264,26 @@ class Pipeline:
             valid = (
                 (lengths == pb)
                 & (hdr["version"] == VERSION)
-                & (hdr["op"] >= Op.SUM)
-                & (hdr["op"] <= Op.JOIN)
+                & (hdr["op"] >= _OP_FIRST)
+                & (hdr["op"] <= _OP_LAST)
                 & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
             )
         bad = ~valid
         if bad.any():
-            stats[Counter.DROP_MALFORMED, 0] += int(bad.sum())
-            stats[Counter.DROP_MALFORMED, 1] += int(frame_len[bad].sum())
+            tally[_DROP_MALFORMED] = int(bad.sum())
+            tally[_DROP_MALFORMED + 1] = int(frame_len[bad].sum())
         idx = np.flatnonzero(valid)
         if idx.size == 0:
+            self._flush(tally)
             return 0
 
-        # Lanes to native int32 once for the batch; the stateful loop uses whole rows.
-        lanes_in = data[idx, HEADER_BYTES:pb].copy().view(LANE_DTYPE).astype(np.int32)
+        # Lanes to native int32 once for the batch (one copy, byte-swapping as it goes); the
+        # stateful loop uses whole rows. All valid: a strided view of the batch, no gather.
+        raw = data[:n, HEADER_BYTES:pb] if idx.size == n else data[idx, HEADER_BYTES:pb]
+        lanes_in = raw.view(LANE_DTYPE).astype(np.int32)
         h = hdr[idx]
         ops = h["op"].tolist()
-        shadows = ((h["flags"] & int(Flag.SHADOW)) != 0).astype(np.int64).tolist()
+        shadows = ((h["flags"] & _SHADOW) != 0).astype(np.int64).tolist()
         workers = h["worker_id"].tolist()
         jobs_in = h["job_id"].tolist()
         slots = h["slot"].tolist()
@@ -288,8 +309,6 @@ class Pipeline:
         )
         agg_wrow: list[int] = []  # worker_contributions rows and bytes, flushed per batch
         agg_len: list[int] = []
-        # Local tallies, flushed into the counter arrays once per batch.
-        tally = [0] * (2 * len(Counter))
 
         # Output bookkeeping, snapshotted when the output is decided (as the P4 program
         # writes the packet then): input row, kind, bitmap, exp, level; lanes go to `staged`.
@@ -546,10 +565,8 @@ class Pipeline:
             ks = np.asarray(out_k)
             kinds = np.asarray(out_kind)
             oh = h[ks].copy()
-            shadow_bits = oh["flags"] & Flag.SHADOW
-            oh["flags"] = (
-                np.select([kinds == 2, kinds == 3], [Flag.PENDING, 0], Flag.RESULT) | shadow_bits
-            )
+            shadow_bits = oh["flags"] & _SHADOW
+            oh["flags"] = np.select([kinds == 2, kinds == 3], [_PENDING, 0], _RESULT) | shadow_bits
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
@@ -559,9 +576,8 @@ class Pipeline:
                 if up_seq is not None:
                     oh["seq"][o] = up_seq
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
-            out.data[:m, HEADER_BYTES:pb] = (
-                staged[:m].astype(LANE_DTYPE).view(np.uint8).reshape(m, pb - HEADER_BYTES)
-            )
+            # byte-swapped straight into the output rows (no big-endian temporary)
+            out.data[:m, HEADER_BYTES:pb].view(LANE_DTYPE)[:] = staged[:m]
             out.dest[:m] = np.select(
                 [kinds == 0, kinds == 3], [MULTICAST, PARENT], oh["worker_id"].astype(np.int32)
             )
@@ -571,23 +587,27 @@ class Pipeline:
             out.group[:m] = grp
             # RESULT_PACKETS counts copies on the wire: a multicast counts its replicas,
             # a pending reply is not a result.
+            sizes = {g: self.group_size(g) for g in set(grp)}
             copies = [
-                self.group_size(g) if kd == 0 else (1 if kd == 1 else 0)
+                sizes[g] if kd == 0 else (1 if kd == 1 else 0)
                 for g, kd in zip(grp, out_kind, strict=True)
             ]
-            tally[2 * Counter.RESULT_PACKETS] += sum(copies)
-            tally[2 * Counter.RESULT_PACKETS + 1] += sum(
+            tally[_RESULT_PACKETS] += sum(copies)
+            tally[_RESULT_PACKETS + 1] += sum(
                 c * flen[k] for c, k in zip(copies, out_k, strict=True)
             )
         out.n = m
 
-        t = np.asarray(tally, dtype=np.int64).reshape(len(Counter), 2)
-        stats += t
+        self._flush(tally)
         if agg_wrow:
             wstats = self.counters.workers
             np.add.at(wstats[:, 0], agg_wrow, 1)
             np.add.at(wstats[:, 1], agg_wrow, agg_len)
         return m
+
+    def _flush(self, tally: list[int]) -> None:
+        """Add a batch's (packets, bytes) tallies, indexed 2 * Counter, to ``ina_stats``."""
+        self.counters.stats += np.asarray(tally, dtype=np.int64).reshape(_NUM_COUNTERS, 2)
 
 
 def lanes_of(payload: bytes) -> np.ndarray:

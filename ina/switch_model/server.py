@@ -13,6 +13,7 @@ the same process) sees tables, registers and counters between batches, never mid
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,15 +33,24 @@ class SwitchServer:
         batch: int = 128,
         lock: threading.Lock | None = None,
         impairment: Impairment | None = None,
+        sock: BatchSocket | None = None,
+        sync: Callable[[], None] | None = None,
+        stop_event: threading.Event | None = None,
     ) -> None:
+        """``sock``: serve on this socket instead of binding ``bind`` (a shard's socket of a
+        SO_REUSEPORT group); ``sync``: called under ``lock`` before every batch (a shard
+        picks up the control plane's table writes there); ``stop_event``: `stop` sets it,
+        and setting it stops the loop (a shard's SIGTERM handler may set it early)."""
         self.pipeline = pipeline
+        self.sync = sync
         self.impairment = impairment if impairment is not None and impairment.active else None
         self.lock = lock or threading.Lock()
         # One byte more than a valid packet so that oversized datagrams show up as such.
-        self.sock = BatchSocket(bind, batch=batch, stride=pipeline.payload_bytes + 1)
+        self.sock = sock or BatchSocket(bind, batch=batch, stride=pipeline.payload_bytes + 1)
+        batch = self.sock.batch
         # room for one output per input, and an impairment may duplicate every input once
         self.out = Outputs.allocate(2 * batch, pipeline.payload_bytes)
-        self._stop = threading.Event()
+        self._stop = stop_event if stop_event is not None else threading.Event()
         self.unroutable = 0  # outputs for a worker with no worker_table entry (dropped)
         self.batches = 0
 
@@ -74,45 +84,56 @@ class SwitchServer:
             got = self.impairment.apply(np.arange(lengths.size))
             data, lengths = data[got], lengths[got]
         with self.lock:
+            if self.sync is not None:
+                self.sync()
             m = self.pipeline.process_batch(data, lengths, self.out)
             self.batches += 1
             if m == 0:
                 return
             rows, dests = self._route(m)
-        if rows:
+        if rows.size:
             pb = self.pipeline.payload_bytes
-            r = np.asarray(rows, np.int64)
-            d = np.asarray(dests, np.int64)
+            r, d = rows, dests
             if self.impairment is not None:
                 got = self.impairment.apply(np.arange(r.size))
                 r, d = r[got], d[got]
             self.sock.send_batch(self.out.data, r, np.full(r.size, pb), d)
 
-    def _route(self, m: int) -> tuple[list[int], list[int]]:
-        """Output rows and address-book entries of every datagram to send (egress)."""
+    def _route(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Output rows and address-book entries of every datagram to send (egress), in
+        output order, each multicast's replicas in `Tables.replicas` order.
+
+        Each distinct destination (a job's multicast group, or one worker) is resolved once
+        per batch: a batch's results mostly go to one group, so the per-output work is one
+        dict lookup, not a table lookup per replica."""
         tables = self.pipeline.tables
         book = self.sock.addresses
+        out = self.out
+        resolved: dict[tuple[int, int, int], tuple[list[int], int]] = {}
         rows: list[int] = []
         dests: list[int] = []
-        out = self.out
-        rids: dict[int, list[int]] = {}  # group -> its replicas' rids, once per batch
-        for i, (dest, job_id, group) in enumerate(
+        for i, key in enumerate(
             zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
         ):
-            if dest == MULTICAST:
-                targets = rids.get(group)
-                if targets is None:
-                    targets = rids[group] = [rid for _, rid in tables.replicas(group)]
-            else:
-                targets = [dest]
-            for w in targets:
-                if dest == PARENT:
-                    addr = tables.parents.get(job_id)
-                else:
-                    addr = tables.workers.get((job_id, w))
-                if addr is None:
-                    self.unroutable += 1
-                    continue
-                rows.append(i)
-                dests.append(book.add(addr.ip, addr.udp_port))
-        return rows, dests
+            hit = resolved.get(key)
+            if hit is None:
+                dest, job_id, group = key
+                targets = (
+                    [rid for _, rid in tables.replicas(group)] if dest == MULTICAST else [dest]
+                )
+                entries = []
+                for w in targets:
+                    # a leaf's partial sum goes up to its parent (parent_table), else a worker
+                    addr = (
+                        tables.parents.get(job_id)
+                        if dest == PARENT
+                        else tables.workers.get((job_id, w))
+                    )
+                    if addr is not None:
+                        entries.append(book.add(addr.ip, addr.udp_port))
+                hit = resolved[key] = (entries, len(targets) - len(entries))
+            entries, missing = hit
+            self.unroutable += missing  # replicas to a worker with no worker_table entry
+            rows.extend([i] * len(entries))
+            dests.extend(entries)
+        return np.asarray(rows, np.int64), np.asarray(dests, np.int64)
