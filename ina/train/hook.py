@@ -24,6 +24,9 @@ import torch.distributed as dist
 from ina.host.allreduce import Worker
 
 COMPRESSIONS = ("dense", "homomorphic", "dc2")
+# ``compressor``: every bucket through the Worker's GRACE communicator (`ina.compressors`);
+# chosen with ``ina train --compressor NAME``, not with ``--compression``
+MODES = (*COMPRESSIONS, "compressor")
 
 
 class INAHookState:
@@ -33,8 +36,10 @@ class INAHookState:
         worker: this rank's `Worker` (``worker_id`` = rank); the state does not close it.
         compression: ``dense`` (one SUM round of int32 lanes), ``homomorphic`` (top-k at
             ``density`` with error feedback, OR-aggregated bitmap + count sketch; the Worker
-            must be built for it) or ``dc2`` (the density follows the level all workers agree
-            on through the switch; ``controller`` proposes this worker's level).
+            must be built for it), ``dc2`` (the density follows the level all workers agree
+            on through the switch; ``controller`` proposes this worker's level) or
+            ``compressor`` (the Worker's GRACE communicator, `ina.compressors`: its method,
+            its error feedback, its path through the switch).
         density: fraction of entries sent in ``homomorphic`` mode, in (0, 1).
         start_compress_iter: steps that run dense before compression starts (warm-up, as
             PowerSGD's ``start_powerSGD_iter``). DDP rebuilds its buckets after the first
@@ -55,8 +60,10 @@ class INAHookState:
         controller=None,
         keep_error_bounds: bool = False,
     ) -> None:
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        if compression not in MODES:
+            raise ValueError(f"compression must be one of {MODES}, got {compression!r}")
+        if compression == "compressor" and getattr(worker, "communicator", None) is None:
+            raise ValueError("compression='compressor' needs a Worker built with a communicator")
         if compression == "homomorphic" and not 0.0 < density < 1.0:
             raise ValueError(f"homomorphic compression needs 0 < density < 1, got {density}")
         if compression == "dense" and density != 1.0:
@@ -138,7 +145,9 @@ class INAHookState:
         compress = self.compressing()
         if compress:
             kwargs["key"] = self.residual_key(bucket)
-            if self.compression == "homomorphic" and self._per_call_density:
+            if self.compression == "compressor":
+                kwargs["compressor"] = True
+            elif self.compression == "homomorphic" and self._per_call_density:
                 kwargs["density"] = self.density
         elif self._per_call_density:
             kwargs["density"] = 1.0
