@@ -1,4 +1,4 @@
-"""`ina sim {allreduce,validate,compare}`: the virtual-time simulator's commands
+"""`ina sim {allreduce,validate,compare,mergecomp}`: the virtual-time simulator's commands
 (`ina train --sim` runs training in it)."""
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ COMMANDS = {
     "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
     "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
     "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
+    "mergecomp": (
+        "ina.sim.mergecomp",
+        "MergeComp's partition of a model's gradients vs per tensor and DDP's buckets",
+    ),
 }
 
 
