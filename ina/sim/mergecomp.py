@@ -119,7 +119,7 @@ class TableCost:
 
 def grid(largest: int, points: int = 14) -> list[int]:
     """Sizes from 1 to ``largest``, geometric."""
-    sizes = {int(round(v)) for v in np.geomspace(1, max(largest, 2), points)}
+    sizes = {round(float(v)) for v in np.geomspace(1, max(largest, 2), points)}
     return sorted(sizes | {1, largest})
 
 

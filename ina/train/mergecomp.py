@@ -99,7 +99,7 @@ def search(tensors: Sequence[TensorInfo], cost: Cost) -> Schedule:
     if not m:
         return Schedule((), 0.0)
     ready = [t.ready_s for t in tensors]
-    if any(b < a for a, b in zip(ready, ready[1:], strict=False)):
+    if any(b < a for a, b in itertools.pairwise(ready)):
         raise ValueError("tensors must be in the order backward produces them (ready times)")
     prefix = [0, *itertools.accumulate(t.numel for t in tensors)]
     best = [0.0] + [math.inf] * m  # best[j]: earliest end of tensors 0..j-1
