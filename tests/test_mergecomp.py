@@ -143,3 +143,54 @@ def test_the_chosen_partition_is_fastest_in_simulation_and_the_model_predicts_it
         assert sim[k] == pytest.approx(predicted, rel=0.02)
     assert sim["best"] <= sim["per"] and sim["best"] <= sim["ddp"]
     assert len(best.groups) not in (1, len(tensors))  # neither extreme wins here
+
+
+def test_mergecomp_hook_in_real_ddp_through_the_udp_switch(tmp_path):
+    """PyTorch's DDP (gloo, one rank) with a bucket per tensor, the hook merging them into
+    groups, every group one call through the switch model process over UDP: the gradients
+    DDP leaves are the rank's own (the mean over one worker) and each group went once."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ina.compressors import make_communicator
+    from ina.host.allreduce import Worker
+    from ina.host.launch import LocalSwitch, local_jobs
+    from ina.host.transport import WorkerConfig
+    from ina.train.hook import INAHookState, MergedHookState, mergecomp_hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Linear(16, 3)
+    )
+    params = list(model.parameters())[::-1]
+    groups = [params[0:3], params[3:4], params[4:6]]  # merged neighbours, nothing split
+    jobs = local_jobs(1, pool_size=16)
+    spec = jobs[0]
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with LocalSwitch(jobs, lanes=64, grpc=False) as sw:
+            addr = spec.workers[0]
+            cfg = WorkerConfig(
+                job_id=spec.job_id, worker_id=0, num_workers=1, switch=sw.address,
+                bind=(addr.ip, addr.udp_port), pool_size=spec.pool_size, lanes=64, timeout=20,
+            )  # fmt: skip
+            comm = make_communicator("none", 1, 0, 0)
+            with Worker(cfg, communicator=comm) as worker:
+                inner = INAHookState(worker, "compressor", start_compress_iter=0)
+                state = MergedHookState(inner, groups)
+                ddp = DistributedDataParallel(model, bucket_cap_mb=1e-6)
+                ddp.register_comm_hook(state, mergecomp_hook)
+                x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+                for step in range(3):
+                    ddp.zero_grad(set_to_none=True)
+                    local = torch.autograd.grad(
+                        torch.nn.functional.cross_entropy(model(x), y), list(model.parameters())
+                    )
+                    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+                    for p, g in zip(model.parameters(), local, strict=True):
+                        torch.testing.assert_close(p.grad, g, atol=1e-6, rtol=0)
+                    assert state.group_calls == 3 * (step + 1)
+                    assert state.reducer.pending() == []
+    finally:
+        dist.destroy_process_group()
