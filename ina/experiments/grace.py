@@ -8,8 +8,9 @@ Per method (a row of `ina.bench.compressors.DEFAULT_ROWS`, or ``--methods``):
   allreduce, measured on the workload's own gradient (one bucket per step; `measure_stats`);
 * **encode+decode**: worker 0's whole compressed step on that gradient on this CPU (the
   least CPU time of ``--repeats``, the switch's answers replayed), in MB/s of float32 input.
-  That time is also the *codec model* of the method's training runs (`ina.sim.compute.CodecModel` at that throughput), so
-  a slow codec costs simulated time as it would on this CPU;
+  That time is also the *codec model* of the method's training runs
+  (`ina.sim.compute.CodecModel` at that throughput), so a slow codec costs simulated time as
+  it would on this CPU;
 * **steps and simulated time to the target**, **final metric**: one `ina train --sim` run per
   workload and network (`ina.sim.train.SimTraining`), evaluated every ``--eval-every`` steps;
   the first evaluation at the target gives the steps and the simulated time (runs do not stop
