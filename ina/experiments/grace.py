@@ -86,6 +86,7 @@ class Run:
     batch_size: int
     seed: int
     out: str
+    lr: float | None = None  # None: the workload's default
 
     @property
     def name_args(self) -> tuple[str, list[str]]:
@@ -116,7 +117,7 @@ def train_one(run: Run) -> dict:
     workload = resolve(run.workload, MODELS[run.workload])
     config = {
         "seed": run.seed, "dataset": run.workload, "model": MODELS[run.workload],
-        "data_dir": None, "batch_size": run.batch_size, "lr": workload.task.default_lr,
+        "data_dir": None, "batch_size": run.batch_size, "lr": workload.task.default_lr if run.lr is None else run.lr,
         "momentum": 0.9, "weight_decay": 0.0, "threads": 1, "epochs": 1000,
         "max_steps": run.max_steps, "eval_every": run.eval_every, "target": None,
         "step_log": True, "progress": False, "compression": "dense", "compressor": name,
@@ -194,6 +195,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, help="the target metric (default: the preset's)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, help="SGD learning rate (default: the workload's)")
     p.add_argument("--compute", default="fixed:5ms", help="compute per step (ina.sim.compute)")
     p.add_argument("--repeats", type=int, default=5, help="timed codec runs per method (least)")
     p.add_argument("--seed", type=int, default=0)
@@ -233,6 +235,7 @@ def plan(args: argparse.Namespace) -> list[Run]:
                         args.eval_every or preset[w]["eval_every"], args.workers, args.compute,
                         args.batch_size, args.seed,
                         str(Path(args.out) / w / n / m.replace(":", "_").replace("=", "")),
+                        args.lr,
                     )
                 )  # fmt: skip
     return runs
@@ -296,7 +299,8 @@ def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float
     lines = [
         f"`ina {argv}`" if argv else "`ina experiment grace --sim`",
         "",
-        f"{args.workers} workers x batch {args.batch_size}, compute {args.compute} per step, "
+        f"{args.workers} workers x batch {args.batch_size}, SGD momentum 0.9, lr "
+        f"{'the workload default' if args.lr is None else args.lr}, compute {args.compute} per step, "
         f"codec at each method's measured CPU throughput; networks: "
         + "; ".join(
             f"{k} ({v['rate_bps'] / 1e9:g} Gbit/s, {v['prop_delay_s'] * 1e6:g} us)"
