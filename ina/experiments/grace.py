@@ -295,6 +295,7 @@ def _fmt(v, spec: str, none: str = "-") -> str:
 
 def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float) -> str:
     """The tables: one per workload, a row per method, both networks side by side."""
+    networks = list(dict.fromkeys(r["network"] for r in rows))
     argv = " ".join(sys.argv[1:]) if sys.argv and "experiment" in sys.argv else ""
     lines = [
         f"`ina {argv}`" if argv else "`ina experiment grace --sim`",
@@ -305,10 +306,10 @@ def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float
         + "; ".join(
             f"{k} ({v['rate_bps'] / 1e9:g} Gbit/s, {v['prop_delay_s'] * 1e6:g} us)"
             for k, v in NETWORKS.items()
+            if k in networks
         )
         + f"; {wall:.0f} s wall on {os.cpu_count()} cores",
     ]
-    networks = list(dict.fromkeys(r["network"] for r in rows))
     for w in dict.fromkeys(r["workload"] for r in rows):
         wr = [r for r in rows if r["workload"] == w]
         target, metric = wr[0]["target"], wr[0]["metric"]
