@@ -187,7 +187,8 @@ def ina_allreduce_hook(
        `INAHookState.residual_key`), and in ``homomorphic`` mode the density: the Worker
        adds the residual, sparsifies, agrees on the union support (OR round) and sums the
        sketched values (SUM round); in ``dc2`` mode the density is the level all workers
-       agreed on in the previous call.
+       agreed on in the previous call; in ``compressor`` mode the Worker's GRACE
+       communicator runs its method's rounds (`ina.compressors`).
     4. Copy the mean into the bucket buffer and return it in a completed future; after the
        step's last bucket, count the step and (DC2) propose the next compression level.
 
