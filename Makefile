@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+NS3    := $(VENV)/.ns3-installed
 WORKERS ?= 4
 
 TOPO      ?= single_4
@@ -20,6 +21,7 @@ help:
 	@echo "make bench   benchmarks (tables for the README)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
 	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
+	@echo "             TOPO=two_level_2x2: a spine over two leaf switches (hierarchical aggregation)"
 	@echo "make topo-stop  remove what a previous make topo left behind"
 	@echo "make lint    ruff"
 
@@ -30,6 +32,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The ns-3 backend (docs/simulation.md), for the tests only (make train does not wait for it):
+# cppyy builds from source (g++, Python headers; several minutes); where it cannot, its tests
+# skip with the reason and everything else runs.
+$(NS3): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ns3]' || echo "make: the ns3 extra did not install; ns-3 backend tests will skip"
+	touch $(NS3)
+
 venv: $(STAMP)
 
 train: $(STAMP)
@@ -38,7 +47,7 @@ train: $(STAMP)
 run: $(STAMP)
 	$(PY) -m ina allreduce --workers $(WORKERS)
 
-test: $(STAMP)
+test: $(STAMP) $(NS3)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

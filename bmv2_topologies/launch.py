@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import inspect
 import json
 import os
 import queue
@@ -468,13 +467,9 @@ class InaNetwork:
             self.conn.push_pipeline(p4info=p4info, device_config=bmv2_json)
         else:
             self.conn.push_pipeline()
-        kwargs = {}
-        if (
-            "thrift_port" in inspect.signature(install_job).parameters
-            and self.target.kind == "bmv2"
-        ):
-            kwargs["thrift_port"] = self.thrift_port
-        install_job(self.conn, self.spec, **kwargs)
+        # The push just zeroed every register, so no pool reset (BMv2's goes over Thrift,
+        # which a build without Thrift does not serve).
+        install_job(self.conn, self.spec)
         self.conn.write(
             [
                 self.conn.update(
@@ -743,6 +738,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"a previous network is still up ({state_file}): make topo-stop")
         log(f"cleaning up after a previous run ({state_file})")
         stop_leftovers(args.state_dir)
+    try:
+        path = topology.resolve(args.topo)
+    except FileNotFoundError as e:
+        raise SystemExit(f"bmv2_topologies.launch: {e}") from None
+    if len(json.loads(path.read_text()).get("switches") or {}) > 1:
+        return run_tree(args, path)  # hierarchical aggregation: bmv2_topologies.tree
     topo = topology.load(args.topo)
     target = choose_target(args.target, args.lanes, args.mtu)
     log(f"topology {topo.name}: {len(topo.hosts)} hosts, workers {', '.join(topo.workers)}")
@@ -786,6 +787,56 @@ def main(argv: list[str] | None = None) -> int:
         ok = False
     finally:
         # a second signal must not cut the teardown short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        log("tearing down")
+        net.stop()
+    return 0 if ok else 1
+
+
+def run_tree(args: argparse.Namespace, path: Path) -> int:
+    """`main` for a topology with a tree of switches (`bmv2_topologies.tree`)."""
+    from bmv2_topologies.tree import TreeNetwork, print_tree_counters
+    from ina.topology import TopologyError
+    from ina.topology import load as load_fabric
+
+    try:
+        fabric = load_fabric(path)
+    except TopologyError as e:
+        raise SystemExit(f"bmv2_topologies.launch: {e}") from None
+    if args.workload == "train":
+        raise SystemExit("bmv2_topologies.launch: --workload train runs on one switch only")
+    target = choose_target(args.target, args.lanes, args.mtu)
+    log(
+        f"topology {fabric.name}: switches {', '.join(fabric.top_down())} (top first), "
+        f"workers {', '.join(fabric.workers)}"
+    )
+    log(f"switches: {target.kind} ({target.reason})")
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        net = TreeNetwork(
+            fabric, target, state_dir=args.state_dir, pool_size=args.pool, verbose=args.verbose
+        )
+    except mnpath.MininetMissing as e:
+        raise SystemExit(f"bmv2_topologies.launch: {e}") from None
+    ok = True
+    try:
+        net.start()
+        if args.workload == "allreduce":
+            extra = ["--size", str(args.size), "--iters", str(args.iters), *args.extra]
+            ok = run_workload(net, "allreduce", extra, args.timeout)
+            print_tree_counters(net)
+        if args.workload == "none" or args.cli:
+            open_cli(net)
+    except KeyboardInterrupt:
+        log("interrupted")
+        ok = False
+    finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         log("tearing down")

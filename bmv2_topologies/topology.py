@@ -33,17 +33,20 @@ What INA derives (`Topology.job`, `Topology.forward_entries`):
   each other (ping, the gloo ring of the benchmark). There is no flooding: hosts get static
   ARP entries for each other too.
 
-One switch per topology: the program aggregates every INA packet it parses, so a second
-switch on the path would aggregate too.
+One switch per topology here: the program aggregates every INA packet it parses, so a second
+switch on the path would aggregate too, unless it is configured as the first one's parent:
+files whose switches form a tree (``"parent"``) are hierarchical aggregation, read by
+`ina.topology` and run by `bmv2_topologies.tree`. `parse` is `ina.topology.parse` (one parser
+of the format, its one-line errors) seen as one switch.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ina import topology as ina_topology
 from ina.switch_model.tables import JobSpec, WorkerAddress
 
 HERE = Path(__file__).resolve().parent
@@ -52,26 +55,14 @@ DEFAULT_SWITCH_MAC = "00:00:0a:00:00:fe"
 DEFAULT_UDP_PORT_BASE = 50000
 DEFAULT_POOL_SIZE = 128
 
-_PORT = re.compile(r"^(?P<switch>[A-Za-z_][\w]*)-p(?P<port>\d+)$")
-
-
-def natural_key(name: str) -> list:
-    """h2 < h10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    name: str
-    ip: str  # without prefix length
-    prefix: int
-    mac: str
-    commands: tuple[str, ...] = ()
+# A host as the topology file gives it (the same record `ina.topology` reads).
+HostSpec = ina_topology.Host
+natural_key = ina_topology.natural_key
 
 
 @dataclass(frozen=True)
 class LinkSpec:
-    host: str  # host name, or a switch end for switch-switch links (not supported)
+    host: str  # host name
     switch: str
     port: int
     bw: float | None = None  # Mbit/s
@@ -140,75 +131,28 @@ class Topology:
         }
 
 
-def _link(raw) -> tuple[str, str, str | None, float | None]:
-    if isinstance(raw, dict):
-        return raw["node1"], raw["node2"], raw.get("delay"), raw.get("bw")
-    if not isinstance(raw, list) or not 2 <= len(raw) <= 4:
-        raise ValueError(f"link {raw!r}: expected [node1, node2, delay?, bw?] or an object")
-    a, b = raw[0], raw[1]
-    delay = raw[2] if len(raw) > 2 else None
-    bw = raw[3] if len(raw) > 3 else None
-    return a, b, delay, bw
-
-
-def _delay(value) -> str | None:
-    if value is None:
-        return None
-    text = f"{value}ms" if isinstance(value, int | float) else str(value)
-    return None if re.fullmatch(r"0+(\.0*)?(ms|us|s)?", text) else text
-
-
 def parse(data: dict, name: str = "topology") -> Topology:
-    """Validate a topology (the JSON's dict) and resolve what INA needs."""
-    hosts: dict[str, HostSpec] = {}
-    for hname, h in data.get("hosts", {}).items():
-        ip, _, prefix = str(h["ip"]).partition("/")
-        hosts[hname] = HostSpec(
-            name=hname,
-            ip=ip,
-            prefix=int(prefix or 24),
-            mac=str(h["mac"]).lower(),
-            commands=tuple(h.get("commands", ())),
+    """Validate a one-switch topology (the JSON's dict) and resolve what INA needs; a
+    `ValueError` (`ina.topology.TopologyError`) says what is wrong in one line."""
+    fabric = ina_topology.parse(data, name)
+    if fabric.hierarchical:
+        raise ina_topology.TopologyError(
+            f"topology {name}: switches {', '.join(fabric.top_down())} form a tree: one "
+            "(aggregating) switch here; bmv2_topologies.tree runs a tree"
         )
-    switches = list(data.get("switches", {}))
-    if len(switches) != 1:
-        raise ValueError(
-            f"{name}: INA topologies have exactly one (aggregating) switch, got {switches}"
-        )
-    switch = switches[0]
-    links: list[LinkSpec] = []
-    for raw in data.get("links", []):
-        a, b, delay, bw = _link(raw)
-        ends = sorted((a, b), key=lambda n: n in hosts)  # switch end first
-        m = _PORT.match(ends[0])
-        if ends[1] not in hosts or m is None or m["switch"] != switch:
-            raise ValueError(f"{name}: link {raw!r} must join a host and {switch}-pN")
-        links.append(LinkSpec(ends[1], switch, int(m["port"]), bw, _delay(delay)))
-    ports = [link.port for link in links]
-    if len(set(ports)) != len(ports):
-        raise ValueError(f"{name}: a switch port is used twice: {sorted(ports)}")
-    linked = [link.host for link in links]
-    if len(set(linked)) != len(linked):
-        raise ValueError(f"{name}: a host has two links (hosts have one interface)")
-    ina = data.get("ina", {})
-    workers = list(ina.get("workers") or sorted(linked, key=natural_key))
-    for w in workers:
-        if w not in linked:
-            raise ValueError(f"{name}: worker {w} is not a linked host")
-    macs = [h.mac for h in hosts.values()]
-    if len(set(macs)) != len(macs):
-        raise ValueError(f"{name}: two hosts share a MAC address")
+    switch = fabric.root
+    top = fabric.switches[switch]
     topo = Topology(
         name=name,
-        hosts=hosts,
+        hosts=dict(fabric.hosts),
         switch=switch,
-        links=links,
-        switch_ip=ina.get("switch_ip", DEFAULT_SWITCH_IP),
-        switch_mac=ina.get("switch_mac", DEFAULT_SWITCH_MAC).lower(),
-        job_id=int(ina.get("job_id", 1)),
-        pool_size=int(ina.get("pool_size", DEFAULT_POOL_SIZE)),
-        udp_port_base=int(ina.get("udp_port_base", DEFAULT_UDP_PORT_BASE)),
-        workers=workers,
+        links=[LinkSpec(k.a, k.b, k.b_port, k.bw, k.delay) for k in fabric.links],
+        switch_ip=top.ina_ip,
+        switch_mac=top.ina_mac,
+        job_id=fabric.job_id,
+        pool_size=fabric.pool_size,
+        udp_port_base=fabric.udp_port_base,
+        workers=list(fabric.workers),
     )
     topo.job()  # validates the job (worker count, pool size)
     return topo

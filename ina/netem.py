@@ -27,7 +27,8 @@ taken one per packet in admission order: the same seed and the same packets give
 release times, whether admitted one at a time (`admit`) or in arrays (`admit_batch`).
 
 Profiles (`make_link`): ``none`` (no delay), ``constant``, ``low`` (small Gaussian jitter),
-``high`` (lognormal tail plus on/off congestion episodes) and ``trace:PATH``. A profile name may
+``high`` (lognormal tail plus on/off congestion episodes), ``trace:PATH`` (one delay per
+packet) and ``timeline:PATH`` (delay by time, from a capacity/delay trace). A profile name may
 carry its delay model's parameters: ``high:episode_on_s=5:episode_off_s=5``.
 """
 
@@ -216,6 +217,51 @@ class TraceDelay(DelayModel):
         return self.delays_s[idx]
 
 
+def read_timeline(path: str | Path, column: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Columns 0 (time, s) and ``column`` of a timeline file: lines ``TIME_S SHARE
+    [DELAY_MS]`` (``#`` comments, blank lines, commas allowed), times rising from 0; the last
+    line's time is the period after which it repeats. A capacity/delay trace is one such
+    file: the capacity reads column 1, the delay column 2."""
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.partition("#")[0].strip()
+        if not line:
+            continue
+        parts = line.replace(",", " ").split()
+        try:
+            rows.append((float(parts[0]), float(parts[column])))
+        except (ValueError, IndexError):
+            names = ["TIME_S", "SHARE", "DELAY_MS"][: column + 1]
+            raise ValueError(f"{path}:{n}: need '{' '.join(names)}', got {line!r}") from None
+    if len(rows) < 2:
+        raise ValueError(f"{path}: a {what} trace needs at least two lines")
+    t, value = np.array(rows).T
+    if t[0] != 0 or np.any(np.diff(t) <= 0) or not np.all(np.isfinite(value)):
+        raise ValueError(f"{path}: times must rise from 0 and every {what} be a finite number")
+    return t, value
+
+
+class TimelineDelay(DelayModel):
+    """Replays the delay column of a timeline (``TIME_S SHARE DELAY_MS`` lines, `read_timeline`)
+    by time: a packet admitted at time t gets the delay of the last line at or before t
+    (modulo the period). Unlike ``trace:PATH`` (one delay per packet, in order), the delay
+    belongs to the moment, so every link replaying the file sees the same delay at once, and
+    the capacity trace of the same file lines up with it."""
+
+    def __init__(self, path: str | Path) -> None:
+        t, delay_ms = read_timeline(path, 2, "delay")
+        if np.any(delay_ms[:-1] < 0):
+            raise ValueError(f"{path}: delays must be >= 0 ms")
+        self.times, self.delays_s, self.period = t[:-1], delay_ms[:-1] / 1000, float(t[-1])
+
+    def min_delay(self) -> float:
+        return float(self.delays_s.min())
+
+    def delays(self, times: np.ndarray) -> np.ndarray:
+        phase = np.mod(np.asarray(times, dtype=np.float64), self.period)
+        return self.delays_s[np.searchsorted(self.times, phase, side="right") - 1]
+
+
 class CapacityModel(abc.ABC):
     """The share of a link's rate left to our traffic over time (cross traffic takes the
     rest): 1.0 is the whole link."""
@@ -291,27 +337,22 @@ class CapacityTrace(CapacityModel):
     (whose time is the period)."""
 
     def __init__(self, path: str | Path) -> None:
-        rows = []
-        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-            line = line.partition("#")[0].strip()
-            if not line:
-                continue
-            parts = line.replace(",", " ").split()
-            try:
-                t, share = float(parts[0]), float(parts[1])
-            except (ValueError, IndexError):
-                raise ValueError(f"{path}:{n}: need 'TIME_S SHARE', got {line!r}") from None
-            rows.append((t, share))
-        if len(rows) < 2:
-            raise ValueError(f"{path}: a capacity trace needs at least two lines")
-        t, share = np.array(rows).T
-        if t[0] != 0 or np.any(np.diff(t) <= 0) or np.any((share[:-1] <= 0) | (share[:-1] > 1)):
+        t, share = read_timeline(path, 1, "capacity")
+        if np.any((share[:-1] <= 0) | (share[:-1] > 1)):
             raise ValueError(f"{path}: times must rise from 0 and shares be in (0, 1]")
         self.times, self.shares, self.period = t[:-1], share[:-1], float(t[-1])
 
     def share(self, times: np.ndarray) -> np.ndarray:
         phase = np.mod(np.asarray(times, dtype=np.float64), self.period)
         return self.shares[np.searchsorted(self.times, phase, side="right") - 1]
+
+    def constant_over(self, first: float, last: float) -> float | None:
+        # within one period and one line of the trace: the link's vectorized path applies
+        if last - first >= self.period:
+            return None
+        a, b = np.mod([first, last], self.period)
+        i, j = np.searchsorted(self.times, [a, b], side="right") - 1
+        return float(self.shares[i]) if a <= b and i == j else None
 
 
 class LinkEmulator:
@@ -527,6 +568,12 @@ def _trace_profile(seed: np.random.SeedSequence, path: str = "") -> DelayModel:
     return TraceDelay(path)
 
 
+def _timeline_profile(seed: np.random.SeedSequence, path: str = "") -> DelayModel:
+    if not path:
+        raise ValueError("the timeline profile needs a file: 'timeline:PATH'")
+    return TimelineDelay(path)
+
+
 # Profile name -> factory(seed, **params) of the delay model. ``trace:PATH`` passes PATH.
 PROFILES: dict[str, Callable[..., DelayModel]] = {
     "none": lambda seed: ConstantDelay(0.0),
@@ -534,6 +581,7 @@ PROFILES: dict[str, Callable[..., DelayModel]] = {
     "low": LowVariationDelay,
     "high": HighVariationDelay,
     "trace": _trace_profile,
+    "timeline": _timeline_profile,
 }
 
 
@@ -547,7 +595,7 @@ def parse_profile(profile: str) -> tuple[str, dict]:
     name, _, rest = profile.partition(":")
     if name not in PROFILES:
         raise ValueError(f"unknown link profile {profile!r}; known: {sorted(PROFILES)}")
-    if name == "trace":
+    if name in ("trace", "timeline"):
         return name, ({"path": rest} if rest else {})  # a path may itself contain ':' or '='
     params = {}
     for item in (i for i in rest.split(":") if i):

@@ -145,6 +145,7 @@ class Counter(enum.IntEnum):
     DROP_STALE = 11
     JOINS = 12  # JOIN requests counted into a run's join (not duplicates)
     RUNS = 13  # runs whose workers all joined (one per run, like RESULTS per slot)
+    UP_PACKETS = 14  # packets a leaf sent to its parent switch (partial sums, re-sends, joins)
 
 
 NUM_COUNTERS = len(Counter)

@@ -3,7 +3,9 @@ threads (real UDP sockets), so that tests run fast on two cores."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -16,6 +18,32 @@ from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.server import SwitchServer
 from ina.switch_model.tables import JobSpec
+
+
+def bmv2_thrift_serving(port: int, timeout: float = 10.0) -> bool:
+    """Whether BMv2's Thrift runtime server accepts on ``port`` within ``timeout``.
+
+    A simple_switch_grpc built without Thrift accepts ``--thrift-port`` and serves nothing
+    on it, so the pool reset over ``simple_switch_CLI`` cannot be exercised there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)  # polling a listener that may still be starting
+
+
+def require_bmv2_thrift(port: int) -> int:
+    """``port`` if BMv2 serves Thrift on it; skip the test otherwise."""
+    if not bmv2_thrift_serving(port):
+        pytest.skip(
+            f"simple_switch_grpc serves no Thrift runtime on port {port} "
+            "(built without Thrift): BMv2's pool reset needs simple_switch_CLI"
+        )
+    return port
 
 
 @contextmanager

@@ -27,3 +27,16 @@ def test_unknown_benchmark_option_is_a_usage_error(capsys):
 def test_bench_all_takes_no_options(capsys):
     assert ina_main(["bench", "all", "--quick"]) == 2
     assert capsys.readouterr().err.startswith("ina bench: `ina bench all` runs every")
+
+
+def test_result_copies_parses_its_options():
+    """`python -m ina.bench.result_copies` (docs/control-plane.md's measurement) is not in
+    `ina bench all` (it needs root and shapes links), but its options parse."""
+    import argparse
+
+    from ina.bench import result_copies
+
+    p = argparse.ArgumentParser()
+    result_copies.add_arguments(p)
+    args = p.parse_args(["--target", "model", "--mbit", "2", "--rates", "4000", "8000"])
+    assert (args.target, args.mbit, args.rates, args.workers) == ("model", 2.0, [4000.0, 8000.0], 4)

@@ -61,6 +61,15 @@ BAD_JOBS = {
     "no jobs key": ({"job": []}, "no 'jobs' key"),
     "worker without udp_port": (_no_udp_port(), "job 1: workers[1]: missing 'udp_port'"),
     "pool not a power of two": (_pool(100), "power-of-two pool_size"),
+    # BMv2 refuses multicast group ids above 32767: job_id + 1 (the default) may not pick one
+    "default group beyond BMv2's": (
+        {"jobs": [{**_job_json(), "job_id": 32767}]},
+        "job 32767: the default 32768 (job_id + 1) is not a multicast group id BMv2 accepts",
+    ),
+    "mcast_grp beyond BMv2's": (
+        {"jobs": [{**_job_json(), "mcast_grp": 40000}]},
+        "job 1: mcast_grp 40000 is not a multicast group id BMv2 accepts (1..32767)",
+    ),
     "pool_base not an integer": (
         {"jobs": [{**_job_json(), "pool_base": "0"}]},
         "'pool_base' must be an integer",
@@ -136,6 +145,25 @@ def test_switch_on_a_p4runtime_port_in_use_is_one_line():
         (["--size", "0"], "--size 0: the tensor needs at least one value"),
         (["--switch", "127.0.0.1"], "give IP:PORT"),
         (["--jobs", "x.json"], "--jobs and --worker-id go with --switch"),
+        (
+            ["--switch", "10.0.0.253:47000", "--jobs", "j.json", "--world", "4"],
+            "--world and --rank go together, with --worker-id",
+        ),
+        (
+            [
+                "--switch",
+                "1.2.3.4:47000",
+                "--jobs",
+                "j",
+                "--worker-id",
+                "0",
+                "--world",
+                "4",
+                "--rank",
+                "4",
+            ],
+            "--rank 4 --world 4: need 0 <= rank < world <= 32",
+        ),
     ],
 )
 def test_allreduce_options_are_checked_before_anything_starts(args, message, capsys):

@@ -23,6 +23,7 @@ import random
 
 import grpc
 import pytest
+from conftest import require_bmv2_thrift
 from differential.targets import (
     Bmv2OnVeths,
     ModelOnVeths,
@@ -39,8 +40,9 @@ from scapy.layers.l2 import Ether
 from ina.bench.bmv2 import bmv2_missing
 from ina.control import jobs
 from ina.control.jobs import install_job, remove_job
-from ina.control.p4rt import P4RuntimeError, UpdateError
-from ina.p4.entities import REGISTERS
+from ina.control.p4rt import INSERT, MODIFY, P4RuntimeError, UpdateError
+from ina.p4.entities import MAX_MCAST_GROUP, REGISTERS
+from ina.protocol import NUM_COUNTERS
 from ina.switch_model.tables import JobSpec, WorkerAddress
 
 SEED = int(os.environ.get("INA_TRACE_SEED", "0"))  # another seed explores other traces
@@ -147,6 +149,93 @@ def test_trace_on_veths_equals_the_model(trace, veth_target, model_replays):
     assert differences(got, model_replays(trace), veth_target.name) == []
 
 
+# -- replica order on a shared port ------------------------------------------------------------
+
+
+def regrouped(target: Target, descending: bool) -> Replay:
+    """Two rounds of job 5 after its group was written again with its replicas in ascending
+    or descending (port, rid) order; workers 0 and 2 are both behind port 2."""
+    spec = TOPO.job(5)
+    replicas = sorted(((w.port, w.worker_id) for w in spec.workers), reverse=descending)
+    target.reset()
+    install_topology(target.conn, TOPO)
+    conn = target.conn
+    conn.write([conn.update(MODIFY, conn.multicast_group(spec.mcast_grp, replicas))])
+    b = TraceBuilder(TOPO, random.Random(f"{SEED}:regrouped"))
+    b.round(5, 0)
+    b.round(5, 1)
+    return Replay(target.run(b.frames), target.counters())
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
+def test_replicas_on_a_shared_port_leave_in_descending_rid_on_the_model(model, descending):
+    ports = {w.udp_port: w.worker_id for w in TOPO.job(5).workers}
+    out = regrouped(model, descending).outputs
+    rids = [ports[int.from_bytes(f[36:38], "big")] for f in out[2]]  # UDP destination port
+    assert rids == [2, 0, 2, 0] and len(out[3]) == 2
+
+
+@pytest.mark.network
+@pytest.mark.root
+@pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
+def test_replica_order_whatever_the_group_order_on_veths(veth_target, model, descending):
+    want = regrouped(model, descending)
+    got = regrouped(veth_target, descending)
+    assert differences(got, want, veth_target.name) == []
+
+
+# -- status codes ------------------------------------------------------------------------------
+
+OK = "OK"
+# What each target answers; docs/control-plane.md lists where they differ ("Where the targets
+# differ"). Out-of-range counter cells: BMv2 answers UNKNOWN, the model the spec's code.
+STATUS = {
+    "group 32767": {"model": OK, "bmv2": OK},
+    "group 32768": {"model": "OUT_OF_RANGE", "bmv2": "OUT_OF_RANGE"},
+    "group 65535": {"model": "OUT_OF_RANGE", "bmv2": "OUT_OF_RANGE"},
+    "counter read beyond": {"model": "OUT_OF_RANGE", "bmv2": "UNKNOWN"},
+    "counter write beyond": {"model": "OUT_OF_RANGE", "bmv2": "UNKNOWN"},
+}
+
+
+def status_codes(target: Target) -> dict[str, str]:
+    """The code each of `STATUS`'s requests gets from a clean ``target``."""
+    target.reset()
+    conn = target.conn
+
+    def code(fn) -> str:
+        try:
+            fn()
+        except P4RuntimeError as e:
+            return "/".join(sorted(c.name for c in e.codes))
+        return OK
+
+    def group(gid: int):
+        return lambda: conn.write([conn.update(INSERT, conn.multicast_group(gid, [(1, 0)]))])
+
+    beyond = conn.counter_entry("ina_stats", NUM_COUNTERS, packets=1, bytes_=1)
+    return {
+        "group 32767": code(group(MAX_MCAST_GROUP)),
+        "group 32768": code(group(MAX_MCAST_GROUP + 1)),
+        "group 65535": code(group(0xFFFF)),
+        "counter read beyond": code(
+            lambda: conn.read([conn.counter_entry("ina_stats", NUM_COUNTERS)])
+        ),
+        "counter write beyond": code(lambda: conn.write([conn.update(MODIFY, beyond)])),
+    }
+
+
+def test_status_codes_on_the_model(model):
+    assert status_codes(model) == {k: v["model"] for k, v in STATUS.items()}
+
+
+@pytest.mark.network
+@pytest.mark.root
+def test_status_codes_on_veths(veth_target):
+    kind = "bmv2" if veth_target.name == "bmv2" else "model"
+    assert status_codes(veth_target) == {k: v[kind] for k, v in STATUS.items()}
+
+
 # -- pool resets through the control plane ---------------------------------------------------
 
 
@@ -183,6 +272,8 @@ def reinstall(target: Target) -> Replay:
         b.frames.clear()
 
     thrift = target.thrift_port
+    if thrift is not None:
+        require_bmv2_thrift(thrift)
     target.reset()
     install_job(target.conn, big, thrift_port=thrift)  # 1024 slots: 2048 cells to reset
     for seq in (0, 1023, 1024):
@@ -258,8 +349,7 @@ def test_pool_reset_without_register_writes_probes_once(monkeypatch, caplog):
     cells = sent[-1][0]
     assert cells[: 2 * 1024] == [f"register_write slot_count {i} 0" for i in range(2 * 1024)]
     i = job.job_index  # and the job's runs: no run joined yet
-    assert cells[2 * 1024 : 2 * 1024 + 3] == [
-        f"register_write {name} {i} 0" for name in ("job_epoch", "join_bitmap", "join_count")
-    ]
-    assert cells[2 * 1024 + 3 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
+    runs = ("job_epoch", "join_bitmap", "join_count", "up_nonce", "up_joined")
+    assert cells[2 * 1024 : 2 * 1024 + 5] == [f"register_write {name} {i} 0" for name in runs]
+    assert cells[2 * 1024 + 5 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
     assert len(conn.updates) == 3  # one probe per call

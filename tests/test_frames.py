@@ -106,7 +106,9 @@ def test_result_is_multicast_with_one_rewritten_copy_per_worker():
     out = fp.process_frames([(w + 1, bytes(r)) for w, r in enumerate(reqs)])
     total = a + b + c
     last = reqs[2]
-    assert out == [(w + 1, reply(last, w, Flag.RESULT, total, 0b111, exp=131)) for w in range(3)]
+    # the replicas in descending rid (worker id), as BMv2 sends them (`Tables.replicas`)
+    want = [(w + 1, reply(last, w, Flag.RESULT, total, 0b111, exp=131)) for w in (2, 1, 0)]
+    assert out == want
     c = fp.pipeline.counters.snapshot()
     assert c["packets_in"] == (3, 3 * FRAME)
     assert c["aggregated"] == (3, 3 * FRAME)
@@ -147,7 +149,7 @@ def test_shadow_copy_and_a_negative_sum_survive_the_rewrite():
     last = request(1, b, seq=seq)
     out = fp.process_frames([(2, bytes(last))])
     wrapped = ints(np.full(LANES, 2**31 - 1))  # int32 wrap-around
-    assert out == [(w + 1, reply(last, w, Flag.RESULT, wrapped, 0b11)) for w in range(2)]
+    assert out == [(w + 1, reply(last, w, Flag.RESULT, wrapped, 0b11)) for w in (1, 0)]
 
 
 def test_ipv4_checksum_of_every_copy_is_valid():
@@ -197,9 +199,9 @@ def test_trailing_bytes_after_the_ina_packet_leave_with_every_copy():
     tail = b"\xaa\xbb\xcc"
     last = request(1, a)
     out = fp.process_frames([(1, bytes(request(0, a))), (2, bytes(last) + tail)])
-    assert [p for p, _ in out] == [1, 2]
-    for w, (_, data) in enumerate(out):
-        assert data == reply(last, w, Flag.RESULT, 2 * a, 0b11) + tail
+    assert [p for p, _ in out] == [2, 1]  # descending rid
+    for port, data in out:
+        assert data == reply(last, port - 1, Flag.RESULT, 2 * a, 0b11) + tail
     assert fp.pipeline.counters.snapshot()["packets_in"] == (2, 2 * FRAME + len(tail))
 
 
@@ -246,7 +248,7 @@ def test_outputs_leave_in_input_order():
     last = request(1, a)
     out = fp.process_frames([(1, bytes(request(0, a))), (2, plain), (2, bytes(last)), (2, plain)])
     result = [reply(last, w, Flag.RESULT, 2 * a, 0b11) for w in range(2)]
-    assert out == [(1, plain), (1, result[0]), (2, result[1]), (1, plain)]
+    assert out == [(1, plain), (2, result[1]), (1, result[0]), (1, plain)]  # replicas: rid 1, 0
 
 
 # -- bad input is counted ----------------------------------------------------------------------

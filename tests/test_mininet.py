@@ -26,6 +26,7 @@ from bmv2_topologies.launch import (
     same_process,
     stop_leftovers,
 )
+from ina import topology as ina_topology
 from ina.protocol import HEADER_BYTES, P4_LANES
 
 HERE = Path(__file__).resolve().parent.parent / "bmv2_topologies"
@@ -55,7 +56,11 @@ def test_every_topology_file_parses():
     files = sorted(HERE.glob("*.json"))
     assert len(files) >= 4
     for f in files:
-        topology.parse(json.loads(f.read_text()), f.stem)
+        data = json.loads(f.read_text())
+        if len(data["switches"]) > 1:  # a tree of switches: hierarchical aggregation
+            assert ina_topology.parse(data, f.stem).hierarchical
+        else:
+            topology.parse(data, f.stem)
 
 
 def test_link_forms_bandwidth_delay_and_worker_order():
@@ -82,7 +87,7 @@ def test_link_forms_bandwidth_delay_and_worker_order():
         (lambda d: d["switches"].update({"s2": {}}), "one"),
         (lambda d: d["links"].append(["h1", "s1-p9"]), "two links"),
         (lambda d: d["links"].__setitem__(1, ["h2", "s1-p1"]), "port is used twice"),
-        (lambda d: d["links"].__setitem__(0, ["h1", "s7-p1"]), "must join"),
+        (lambda d: d["links"].__setitem__(0, ["h1", "s7-p1"]), "unknown node 's7-p1'"),
         (lambda d: d.update(ina={"workers": ["h9"]}), "not a linked host"),
     ],
 )
@@ -226,3 +231,63 @@ def test_allreduce_across_three_mininet_hosts(kind, tmp_path, request):
     assert not (tmp_path / "state.json").exists()
     if kind == "bmv2":
         assert lanes == P4_LANES
+
+
+@pytest.mark.root
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "model",
+        pytest.param(
+            "bmv2",
+            marks=[
+                pytest.mark.bmv2,
+                pytest.mark.skipif(
+                    shutil.which("simple_switch_grpc") is None,
+                    reason="needs simple_switch_grpc (BMv2) on PATH",
+                ),
+            ],
+        ),
+    ],
+)
+def test_two_level_allreduce_in_mininet(kind, tmp_path, request):
+    """two_level_2x2: a spine and two leaves, each its own switch process; the leaves send
+    their racks' partial sums up, the spine's result comes back down; every sum exact."""
+    _mininet_or_skip()
+    from bmv2_topologies.launch import choose_target
+    from bmv2_topologies.tree import TreeNetwork
+
+    program = None
+    if kind == "bmv2":
+        built = request.getfixturevalue("p4_program")
+        program = (built.json, built.p4info)
+    fabric = ina_topology.load(HERE / "two_level_2x2.json")
+    target = choose_target(kind, 128 if kind == "model" else None, program=program)
+    prefix = f"t{os.getpid() % 10000}"  # interfaces of our own in the root namespace
+    net = TreeNetwork(fabric, target, state_dir=tmp_path, pool_size=32, prefix=prefix)
+    made_ifs: list[str] = []
+    try:
+        net.start()
+        made_ifs = list(net.state.interfaces)
+        ping = net.host("h1").cmd("ping -c 1 -W 2 10.0.0.4")  # across the spine
+        assert " 0% packet loss" in ping, ping
+        size = 20_000
+        args = ["--size", str(size), "--iters", "2"]
+        cmds = {h: net.worker_cmd("allreduce", w, args) for w, h in enumerate(fabric.workers)}
+        results = net.run_on_hosts(cmds, timeout=180)
+        for h, (rc, text) in results.items():
+            assert rc == 0 and "allreduce: OK, every sum exact" in text, f"{h}:\n{text}"
+        c = net.all_counters()
+    finally:
+        net.stop()
+    spine, leaves = c["s1"], [c["l1"], c["l2"]]
+    # every slot completes once on every switch; each leaf is one contributor of the spine
+    assert spine["aggregated"][0] == 2 * spine["results"][0]
+    for leaf in leaves:
+        assert leaf["results"][0] == spine["results"][0]
+        assert leaf["aggregated"][0] == 2 * leaf["results"][0]
+        assert leaf["up_packets"][0] >= leaf["results"][0]  # partial sums (and re-sends)
+        assert leaf["runs"][0] == spine["runs"][0] == 1
+    assert not [i for i in made_ifs if interface_exists(i)]
+    assert not (tmp_path / "state.json").exists()

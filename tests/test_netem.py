@@ -31,11 +31,13 @@ def profiles(trace_file):
 
 
 def test_profile_registry():
-    assert set(PROFILES) == {"none", "constant", "low", "high", "trace"}
+    assert set(PROFILES) == {"none", "constant", "low", "high", "trace", "timeline"}
     with pytest.raises(ValueError, match="known"):
         make_link("lossy")
     with pytest.raises(ValueError):
         make_link("trace")  # needs a path
+    with pytest.raises(ValueError):
+        make_link("timeline")
     with pytest.raises(ValueError, match="jitter_s"):
         make_link("high", jitter_s=1e-3)  # a parameter of another profile
 
@@ -286,3 +288,35 @@ def test_capacity_trace_replays_and_loops(tmp_path):
     bad.write_text("0 1\n")
     with pytest.raises(ValueError, match="at least two"):
         CapacityTrace(bad)
+
+
+def test_a_timeline_gives_capacity_and_delay_by_time(tmp_path):
+    from ina.netem import CapacityTrace, TimelineDelay
+
+    path = tmp_path / "wan.txt"
+    path.write_text("# time share delay_ms\n0 1.0 0\n0.5 0.1 4\n1.5 1.0 0.5\n2.0 1.0 0\n")
+    delay, cap = TimelineDelay(path), CapacityTrace(path)
+    t = np.array([0.0, 0.49, 0.5, 1.0, 1.6, 2.1, 2.7])  # looped after 2 s
+    assert delay.delays(t).tolist() == pytest.approx([0, 0, 4e-3, 4e-3, 5e-4, 0, 4e-3])
+    assert cap.share(t).tolist() == pytest.approx([1, 1, 0.1, 0.1, 1, 1, 0.1])
+    assert delay.min_delay() == 0
+    # the share is constant inside one line, not across a change or a whole period
+    assert cap.constant_over(0.6, 1.4) == pytest.approx(0.1)
+    assert cap.constant_over(2.6, 3.4) == pytest.approx(0.1)
+    assert cap.constant_over(0.4, 0.6) is None and cap.constant_over(0.0, 2.5) is None
+    # through a link: the delay follows the clock, the rate the share
+    link = make_link(f"timeline:{path}", rate_bps=8e6, capacity=cap)
+    assert link.admit(0.0, 1000) == pytest.approx(1e-3)  # 1 ms to serialize, no delay
+    assert link.admit(1.0, 1000) == pytest.approx(1.0 + 1e-2 + 4e-3)  # a tenth of the rate
+
+
+def test_a_timeline_that_does_not_parse_is_a_one_line_error(tmp_path):
+    from ina.netem import TimelineDelay
+
+    path = tmp_path / "bad.txt"
+    path.write_text("0 1.0 0\n1 0.5\n2 1 0\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2: need 'TIME_S SHARE DELAY_MS'"):
+        TimelineDelay(path)
+    path.write_text("0 1.0 -1\n2 1 0\n")
+    with pytest.raises(ValueError, match="delays must be >= 0"):
+        TimelineDelay(path)

@@ -15,6 +15,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from conftest import bmv2_thrift_serving
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ina import p4build
@@ -671,7 +672,9 @@ def test_same_control_plane_drives_bmv2(bmv2, capsys):
         assert p4info_differences(sw.get_p4info()) == []
         spec = job_spec()
         cli = shutil.which("simple_switch_CLI")
-        jobs.install_job(sw, spec, thrift_port=thrift_port if cli else None)
+        jobs.install_job(
+            sw, spec, thrift_port=thrift_port if cli and bmv2_thrift_serving(thrift_port) else None
+        )
         assert jobs.list_jobs(sw) == {3: spec.entry()}
         (group,) = sw.read([sw.multicast_group(0)])
         replicas = group.packet_replication_engine_entry.multicast_group_entry.replicas

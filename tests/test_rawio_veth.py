@@ -272,8 +272,9 @@ def test_frames_on_the_wire_are_the_models_byte_for_byte():
     # the oracle: a fresh model with the same tables
     oracle = Pipeline(lanes=LANES, pool_total=64)
     install_job_spec(oracle, job(2))
-    expected = FramePipeline(oracle).process_frames([(1, frame(0)), (2, frame(1))])
-    assert [p for p, _ in expected] == [1, 2]
+    # the result's copies by port (between ports their order is not seen on the wire)
+    expected = dict(FramePipeline(oracle).process_frames([(1, frame(0)), (2, frame(1))]))
+    assert sorted(expected) == [1, 2]
 
     with network(2) as (net, _spec, _switch):
         caps = [in_netns(ns, raw, "eth0") for ns in net.ns]
@@ -290,8 +291,8 @@ def test_frames_on_the_wire_are_the_models_byte_for_byte():
         finally:
             for s in caps:
                 s.close()
-    assert got[0] == expected[0][1]
-    assert got[1] == expected[1][1]
+    assert got[0] == expected[1]
+    assert got[1] == expected[2]
 
 
 def test_workers_allreduce_through_the_switch_on_veths():
@@ -350,7 +351,7 @@ def bmv2(ports: dict[int, str], spec: JobSpec, n: int, logdir: Path, program):
     try:
         conn = SwitchConnection(grpc_addr, device_id=1, timeout=30.0)
         conn.push_pipeline(p4info=program.p4info, device_config=program.json)
-        install_job(conn, spec, thrift_port=thrift)
+        install_job(conn, spec)  # the push just zeroed every register: no pool reset
         conn.write(
             [
                 conn.update(

@@ -7,7 +7,11 @@ A job is three kinds of entries (`ina.switch_model.tables.JobSpec` holds them as
    the instance (``egress_rid``);
 2. one ``worker_table`` entry per worker, key (job_id, worker_id), action
    ``set_worker(mac, ip, udp_port)``: how the egress addresses that worker's copy;
-3. the ``job_table`` entry, key job_id, action
+3. on a leaf switch of a hierarchical job (``spec.parent``), the ``parent_table`` entry, key
+   job_id, action ``set_parent(worker_id, port, mac, ip, udp_port)``: the job's completed
+   slots go up to that switch as its worker ``worker_id`` (docs/protocol.md, "Hierarchical
+   aggregation");
+4. the ``job_table`` entry, key job_id, action
    ``set_job(job_index, num_workers, pool_base, pool_size, mcast_grp)``.
 
 They go in that order, one Write batch each, and come out in the reverse order: the job entry
@@ -47,7 +51,7 @@ import grpc
 from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, SwitchConnection
 from ina.p4.entities import REGISTERS
 from ina.protocol import MAX_WORKERS
-from ina.switch_model.tables import JobEntry, JobSpec
+from ina.switch_model.tables import JobEntry, JobSpec, ParentEntry
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,9 @@ def job_cells(job: JobEntry) -> list[tuple[str, int]]:
     cells = [
         (COUNT_REGISTER, c) for c in range(job.pool_base * 2, (job.pool_base + job.pool_size) * 2)
     ]
-    cells += [(name, i) for name in ("job_epoch", "join_bitmap", "join_count")]
+    cells += [
+        (name, i) for name in ("job_epoch", "join_bitmap", "join_count", "up_nonce", "up_joined")
+    ]
     cells += [("join_nonce", i * MAX_WORKERS + w) for w in range(MAX_WORKERS)]
     return cells
 
@@ -81,6 +87,21 @@ def _worker_entities(conn: SwitchConnection, spec: JobSpec):
         )
         for w in sorted(spec.workers, key=lambda w: w.worker_id)
     ]
+
+
+def _parent_entity(conn: SwitchConnection, parent: ParentEntry):
+    return conn.table_entry(
+        "parent_table",
+        {"job_id": parent.job_id},
+        "set_parent",
+        {
+            "worker_id": parent.worker_id,
+            "port": parent.port,
+            "mac": parent.mac,
+            "ip": parent.ip,
+            "udp_port": parent.udp_port,
+        },
+    )
 
 
 def _job_entity(conn: SwitchConnection, job: JobEntry):
@@ -218,6 +239,7 @@ def install_job(
     steps = [
         [_group_entity(conn, spec, job.mcast_grp)],
         _worker_entities(conn, spec),
+        *([[_parent_entity(conn, spec.parent)]] if spec.parent is not None else []),
         [_job_entity(conn, job)],
     ]
     done: list[list] = []
@@ -256,7 +278,8 @@ def list_jobs(conn: SwitchConnection) -> dict[int, JobEntry]:
 
 
 def remove_job(conn: SwitchConnection, job_id: int, missing_ok: bool = False) -> JobEntry | None:
-    """Remove a job: its ``job_table`` entry, its workers' entries, then its multicast group
+    """Remove a job: its ``job_table`` entry, its workers' and parent entries, then its
+    multicast group
     (unless another job still uses the group). Returns the removed entry, None if absent."""
     jobs = list_jobs(conn)
     job = jobs.get(job_id)
@@ -271,6 +294,12 @@ def remove_job(conn: SwitchConnection, job_id: int, missing_ok: bool = False) ->
         if match["job_id"] == job_id:
             workers.append(e)
     conn.write([conn.update(DELETE, e) for e in workers])
+    parents = [
+        e
+        for e in conn.read([conn.table_entry("parent_table")])
+        if conn.decode_table_entry(e)[1]["job_id"] == job_id
+    ]
+    conn.write([conn.update(DELETE, e) for e in parents])
     if not any(j.mcast_grp == job.mcast_grp for j in jobs.values() if j.job_id != job_id):
         try:
             conn.write([conn.update(DELETE, conn.multicast_group(job.mcast_grp))])

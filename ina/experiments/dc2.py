@@ -187,7 +187,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop each run once it reaches the target (the short run; the final accuracy "
         "is then compared in the long run)",
     )
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="(wall clock; --sim: the scenario's)")
     p.add_argument("--model", default="big_mlp", help="ina train --model (default big_mlp)")
     p.add_argument("--epochs", type=int, help="epochs per run")
     p.add_argument("--max-steps", type=int, help="steps per run (0: the epochs decide)")
@@ -195,7 +195,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target-acc", type=float, help="target test accuracy, e.g. 0.9")
-    p.add_argument("--eval-every", type=int, default=2, help="test accuracy every N steps")
+    p.add_argument(
+        "--eval-every", type=int, help="test accuracy every N steps (default 2; --sim: 25)"
+    )
     p.add_argument("--repeats", type=int, help="runs of each configuration (spread)")
     p.add_argument(
         "--link-rate",
@@ -208,9 +210,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pool",
         type=int,
-        default=32,
-        help="slots per job = the window: 32 x 1 KiB is about one bandwidth-delay product "
-        "of a quiet path, so the link runs full without a standing queue",
+        help="slots per job = the window (default 32: 32 x 1 KiB is about one bandwidth-delay "
+        "product of a quiet emulated path, so the link runs full without a standing queue; "
+        "--sim: 128, ina train's)",
     )
     p.add_argument(
         "--coding",
@@ -220,17 +222,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the sketch in the two-round protocol, docs/compression.md)",
     )
     p.add_argument("--timeout", type=float, default=30.0, help="ina train --timeout")
-    p.add_argument("--out", default="runs/dc2", help="output directory (default runs/dc2)")
+    p.add_argument("--out", help="output directory (default runs/dc2; --sim: runs/dc2-sim)")
     p.add_argument(
         "--replot",
         action="store_true",
         help="do not train: rebuild the CSVs, plots and summary from the runs in --out",
     )
+    from ina.experiments.dc2_sim import add_sim_arguments
+
+    add_sim_arguments(p)
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill the options left unset from the preset; validate. Raises ValueError."""
     preset = LONG if args.long else SHORT
+    args.out = args.out or "runs/dc2"
+    args.eval_every = args.eval_every or 2
+    args.pool = args.pool or 32
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -693,6 +701,10 @@ def plot(runs: list[RunData], args: argparse.Namespace, out: Path) -> list[Path]
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sim:
+        from ina.experiments import dc2_sim
+
+        return dc2_sim.main(args)
     try:
         args = resolve(args)
     except ValueError as e:

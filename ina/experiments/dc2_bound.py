@@ -82,12 +82,14 @@ def time_to_target(levels: list[Level], f: float) -> dict[float, float]:
 
 def oracle_time(levels: list[Level], f: float) -> float:
     """Time to target of the controller that uses the best level in each state, for free."""
-    reach = [lv for lv in levels if not math.isnan(lv.steps_to_target)]
-    if not reach:
-        return math.inf
-    quiet = max(1 / (lv.quiet_s * lv.steps_to_target) for lv in reach)
-    congested = max(1 / (lv.congested_s * lv.steps_to_target) for lv in reach)
-    return 1 / ((1 - f) * quiet + f * congested)
+    from ina.experiments.regret import oracle_time as general
+
+    steps = {lv.density: lv.steps_to_target for lv in levels}
+    step_s = {
+        "quiet": {lv.density: lv.quiet_s for lv in levels},
+        "congested": {lv.density: lv.congested_s for lv in levels},
+    }
+    return general(steps, step_s, {"quiet": 1 - f, "congested": f})[0]
 
 
 def oracle_speedups(levels: list[Level], f: float) -> tuple[float, float, float]:

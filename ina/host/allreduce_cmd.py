@@ -12,6 +12,7 @@ all workers encoded, and the float result must be within the quantization bound.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import sys
 import time
@@ -34,13 +35,18 @@ def worker_tensor(seed: int, worker_id: int, size: int):
     return (torch.randn(size, generator=g) * scale * 1e-3).to(torch.float32)
 
 
-def run_worker(cfg: WorkerConfig, size: int, iters: int, seed: int) -> dict:
-    """Run one worker: ``iters`` allreduces, each checked exactly. Returns its statistics."""
+def run_worker(
+    cfg: WorkerConfig, size: int, iters: int, seed: int, rank: int | None = None
+) -> dict:
+    """Run one worker: ``iters`` allreduces, each checked exactly. Returns its statistics.
+
+    ``rank``: the worker's index among all ``cfg.num_workers`` workers when that is not its
+    id on its switch (a leaf of a hierarchical job); it picks the worker's tensor."""
     from ina.host import quantize
     from ina.host.allreduce import Worker
 
     xs = [worker_tensor(seed, w, size).numpy() for w in range(cfg.num_workers)]
-    mine = worker_tensor(seed, cfg.worker_id, size)
+    mine = worker_tensor(seed, cfg.worker_id if rank is None else rank, size)
     times = []
     with Worker(cfg) as worker:
         for _ in range(iters):
@@ -58,7 +64,7 @@ def run_worker(cfg: WorkerConfig, size: int, iters: int, seed: int) -> dict:
         bound = info.error_bound + np.abs(true_sum) * 2.0**-23 + 1e-45
         st = worker.stats
         return {
-            "worker": cfg.worker_id,
+            "worker": cfg.worker_id if rank is None else rank,
             "exact_ints": exact_ints,
             "within_bound": bool((err <= bound).all()),
             "max_abs_err": float(err.max()) if size else 0.0,
@@ -70,9 +76,9 @@ def run_worker(cfg: WorkerConfig, size: int, iters: int, seed: int) -> dict:
         }
 
 
-def _worker_main(cfg: WorkerConfig, size: int, iters: int, seed: int, q) -> None:
+def _worker_main(cfg: WorkerConfig, size: int, iters: int, seed: int, q, rank=None) -> None:
     try:
-        q.put(run_worker(cfg, size, iters, seed))
+        q.put(run_worker(cfg, size, iters, seed, rank))
     except Exception as e:  # report, never hang the parent
         q.put({"worker": cfg.worker_id, "error": f"{type(e).__name__}: {e}"})
 
@@ -100,12 +106,21 @@ def worker_configs(
 
 
 def run_workers(
-    cfgs: list[WorkerConfig], size: int, iters: int, seed: int, timeout: float
+    cfgs: list[WorkerConfig],
+    size: int,
+    iters: int,
+    seed: int,
+    timeout: float,
+    ranks: list[int | None] | None = None,
 ) -> list[dict]:
     """Run the workers as separate processes; collect their reports (with a deadline)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, args=(c, size, iters, seed, q)) for c in cfgs]
+    ranks = ranks or [None] * len(cfgs)
+    procs = [
+        ctx.Process(target=_worker_main, args=(c, size, iters, seed, q, r))
+        for c, r in zip(cfgs, ranks, strict=True)
+    ]
     for p in procs:
         p.start()
     reports = []
@@ -149,6 +164,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help="IP:PORT of a running switch (default: start a model)")
     p.add_argument("--jobs", help="jobs file describing the job (with --switch)")
     p.add_argument("--worker-id", type=int, help="with --switch: run only this worker")
+    p.add_argument(
+        "--world",
+        type=int,
+        help="with --worker-id on a leaf switch of a hierarchical job: all workers of the job "
+        "(the jobs file has only the leaf's)",
+    )
+    p.add_argument("--rank", type=int, help="with --world: this worker's index among them")
 
 
 def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
@@ -205,6 +227,11 @@ def check_options(args: argparse.Namespace) -> None:
             raise UsageError("--switch needs --jobs (the job's workers and pool)")
     elif args.jobs or args.worker_id is not None:
         raise UsageError("--jobs and --worker-id go with --switch (a running switch)")
+    world, rank = getattr(args, "world", None), getattr(args, "rank", None)
+    if (world is None) != (rank is None) or (world is not None and args.worker_id is None):
+        raise UsageError("--world and --rank go together, with --worker-id")
+    if world is not None and not 0 <= rank < world <= MAX_WORKERS:
+        raise UsageError(f"--rank {rank} --world {world}: need 0 <= rank < world <= {MAX_WORKERS}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -220,7 +247,11 @@ def main(args: argparse.Namespace) -> int:
                     f"--worker-id {args.worker_id}: job {spec.job_id} in {args.jobs} has "
                     f"workers 0..{spec.num_workers - 1}"
                 )
-        reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600)
+        ranks = None
+        if getattr(args, "world", None) is not None:
+            cfgs = [dataclasses.replace(c, num_workers=args.world) for c in cfgs]
+            ranks = [args.rank]
+        reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600, ranks=ranks)
         return 0 if print_report(reports, args.size, None) else 1
 
     from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs

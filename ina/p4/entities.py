@@ -22,6 +22,10 @@ POOL_SLOTS = 1024  # slots shared by all jobs; registers hold 2 shadow copies ea
 MAX_JOBS = 64  # job_table size and job_index range
 WORKER_TABLE_SIZE = MAX_JOBS * MAX_WORKERS
 FORWARD_TABLE_SIZE = 1024
+# Multicast group ids BMv2 accepts: 1..32767 (a P4Runtime write of 32768 or more gets
+# OUT_OF_RANGE from its packet replication engine; 0 is reserved by the P4Runtime spec). The
+# model refuses the same ids, and the control plane never picks one (`JobSpec.entry`).
+MAX_MCAST_GROUP = 0x7FFF
 
 
 def _id(kind: int, n: int) -> int:
@@ -92,6 +96,19 @@ ACTIONS: tuple[Action, ...] = (
         "set_worker", _id(ACTION, 4), (Param("mac", 48), Param("ip", 32), Param("udp_port", 16))
     ),
     Action("forward", _id(ACTION, 5), (Param("port", 9),)),
+    # hierarchical aggregation: where a leaf's completed slots go (docs/protocol.md)
+    Action(
+        "set_parent",
+        _id(ACTION, 6),
+        (
+            Param("worker_id", 8),
+            Param("port", 9),
+            Param("mac", 48),
+            Param("ip", 32),
+            Param("udp_port", 16),
+        ),
+    ),
+    Action("no_parent", _id(ACTION, 7)),
 )
 
 TABLES: tuple[Table, ...] = (
@@ -122,6 +139,15 @@ TABLES: tuple[Table, ...] = (
         "drop",
         FORWARD_TABLE_SIZE,
     ),
+    # ingress: a job's parent switch (hierarchical aggregation); no entry: a top-level job
+    Table(
+        "parent_table",
+        _id(TABLE, 4),
+        (MatchField("job_id", 16),),
+        ("set_parent", "no_parent"),
+        "no_parent",
+        MAX_JOBS,
+    ),
 )
 
 COUNTERS: tuple[CounterArray, ...] = (
@@ -143,6 +169,11 @@ REGISTERS: tuple[RegisterArray, ...] = (
     RegisterArray("join_bitmap", _id(REGISTER, 8), MAX_JOBS, 32),
     RegisterArray("join_count", _id(REGISTER, 9), MAX_JOBS, 8),
     RegisterArray("join_nonce", _id(REGISTER, 10), JOIN_NONCE_SIZE, 32),
+    # hierarchical aggregation: a copy holds its parent's result (1) or only the partial
+    # sum (0); per job, the nonce of the run join sent up and whether the parent answered
+    RegisterArray("slot_down", _id(REGISTER, 11), _REG_SIZE, 8),
+    RegisterArray("up_nonce", _id(REGISTER, 12), MAX_JOBS, 32),
+    RegisterArray("up_joined", _id(REGISTER, 13), MAX_JOBS, 8),
     *(
         RegisterArray(f"slot_lane_{i}", _id(REGISTER, 16 + i), _REG_SIZE, 32)
         for i in range(P4_LANES)

@@ -5,8 +5,9 @@
 
 // Whatever the op, `exp` (the biased exponent of the workers' common scale) and `level` (the
 // compression level the workers agree on, DC2) are MAX-combined per slot copy, as unsigned
-// bytes: a NEW packet stores its own, a CONTRIBUTE keeps the larger, and a DUPLICATE reads
-// the stored ones for its reply. meta.exp and meta.level are what the reply carries.
+// bytes: a NEW packet (or a parent's result coming DOWN to a leaf) stores its own, a
+// CONTRIBUTE keeps the larger, and a DUPLICATE reads the stored ones for its reply. meta.exp
+// and meta.level are what the reply carries.
 control ExpLevelMax(in ina_h ina, inout metadata_t meta) {
     @name(".slot_exp") @id(REGISTER_ID_SLOT_EXP)
     register<exp_t>(SLOT_REGISTER_SIZE) slot_exp;
@@ -14,7 +15,7 @@ control ExpLevelMax(in ina_h ina, inout metadata_t meta) {
     register<level_t>(SLOT_REGISTER_SIZE) slot_level;
 
     apply {
-        if (meta.slot_action == slot_action_t.NEW) {
+        if (meta.slot_action == slot_action_t.NEW || meta.slot_action == slot_action_t.DOWN) {
             meta.exp = ina.exp;
             meta.level = ina.level;
             slot_exp.write(meta.row, meta.exp);

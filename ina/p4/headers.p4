@@ -70,6 +70,9 @@ struct metadata_t {
     bool             dropped;
     drop_reason_t    drop_reason;
 
+    // Validate: RESULT or PENDING is set, so this is a parent switch's reply to a leaf.
+    bool             from_parent;
+
     // JobLookup: the job_table entry (action set_job).
     bool             job_found;
     job_index_t      job_index;
@@ -77,6 +80,14 @@ struct metadata_t {
     pool_index_t     pool_base;
     pool_index_t     pool_size;
     mcast_grp_t      mcast_grp;
+    // JobLookup: the parent_table entry (action set_parent): this switch is a leaf of the
+    // job, a contributor `up_worker` of the same job on its parent, reached out of up_port.
+    bool             has_parent;
+    worker_id_t      up_worker;
+    port_t           up_port;
+    mac_addr_t       up_mac;
+    ipv4_addr_t      up_ip;
+    udp_port_t       up_udp_port;
 
     // SlotState: which register row, what the packet does to it, and the slot copy after it.
     register_index_t row;          // (pool_base + slot) * 2 + shadow
@@ -84,9 +95,12 @@ struct metadata_t {
     slot_count_t     count;        // contributions in the copy after this packet
     bitmap_t         bitmap;       // workers in the copy after this packet
     bool             complete;     // the copy holds the full aggregate (see SlotState)
+    bool             down;         // a leaf's copy (or run join) holds its parent's result
 
-    // JoinRun: the job's current run (after a JOIN that starts one, the new run).
+    // JoinRun: the job's current run (after a JOIN that starts one, the new run), and on a
+    // leaf the nonce of the run join it sent up.
     epoch_t          epoch;
+    seq_t            up_nonce;
 
     // ExpLevelMax: the copy's exponent and level after this packet.
     exp_t            exp;

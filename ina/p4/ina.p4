@@ -47,7 +47,8 @@ control InaIngress(inout headers_t hdr,
             // 1. Validate: version, op, flags, UDP length, lane count, parse errors;
             //    else drop MALFORMED.
             validate.apply(hdr, meta, standard_metadata);
-            // 2. JobLookup: job_table on job_id; a miss drops UNKNOWN_JOB.
+            // 2. JobLookup: job_table on job_id; a miss drops UNKNOWN_JOB. parent_table:
+            //    the job's parent switch on a leaf (a parent's reply without one: MALFORMED).
             if (!meta.dropped) {
                 job_lookup.apply(hdr.ina, meta, standard_metadata);
             }
@@ -75,7 +76,9 @@ control InaIngress(inout headers_t hdr,
                     exp_level_max.apply(hdr.ina, meta);
                 }
                 // 8. ResultEmit: multicast a completed slot's (or run join's) result, answer
-                //    a duplicate by unicast (stored result or PENDING), drop an absorbed one.
+                //    a duplicate by unicast (stored result or PENDING), drop an absorbed one;
+                //    on a leaf, send a completed slot up to the parent instead, and multicast
+                //    the parent's result when it comes down.
                 result_emit.apply(hdr.ina, meta, standard_metadata);
             }
             // 9. Stats: PACKETS_IN and what happened to the packet.
@@ -96,7 +99,7 @@ control InaEgress(inout headers_t hdr,
     apply {
         if (meta.reply != reply_t.NONE) {
             // 1. WorkerRewrite: address this copy to its worker (worker_table); a copy for a
-            //    worker without an entry is dropped.
+            //    worker without an entry is dropped; a leaf's UP packet to its parent.
             worker_rewrite.apply(hdr, meta, standard_metadata);
             // 2. EgressStats: RESULT_PACKETS, one per result copy that leaves.
             egress_stats.apply(meta);

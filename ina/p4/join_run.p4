@@ -23,6 +23,17 @@
 // SlotState treats a slot copy written in an earlier epoch as unused. Installing a job
 // zeroes its join_count (the control plane, ina/control/jobs.py), so its first JOIN starts a
 // run; packets of clients that never JOIN carry epoch 0, the epoch of a job with no run.
+//
+// On a leaf (the job has a parent, JobLookup) the run is the parent's: the leaf joins it as
+// one contributor once all its own workers have joined. A NEW local run does not count the
+// epoch up; it clears up_joined. The JOIN that completes the local join goes up (ResultEmit:
+// UP, as the leaf's worker id, with this JOIN's nonce, kept in up_nonce). The parent's JOIN
+// RESULT carrying up_nonce is DOWN: the leaf adopts its epoch (job_epoch), sets up_joined
+// and multicasts it to its workers. Until then a duplicate JOIN of the complete local join,
+// or the parent's RESULT announced with another contributor's nonce, sends the leaf's JOIN
+// up again (DUPLICATE with complete and not down: ResultEmit's UP): the parent answers a
+// duplicate by unicast, so a lost JOIN or result in either direction is repaired by the
+// workers' retransmissions. Any other reply from the parent is STALE.
 control JoinRun(in ina_h ina,
                 inout metadata_t meta,
                 inout standard_metadata_t standard_metadata) {
@@ -34,38 +45,75 @@ control JoinRun(in ina_h ina,
     register<slot_count_t>(MAX_JOBS) join_count;
     @name(".join_nonce") @id(REGISTER_ID_JOIN_NONCE)
     register<seq_t>(JOIN_NONCE_SIZE) join_nonce;
+    @name(".up_nonce") @id(REGISTER_ID_UP_NONCE)
+    register<seq_t>(MAX_JOBS) up_nonce;
+    @name(".up_joined") @id(REGISTER_ID_UP_JOINED)
+    register<truth_t>(MAX_JOBS) up_joined;
 
     apply {
         register_index_t job = (register_index_t) meta.job_index;
         job_epoch.read(meta.epoch, job);
         if (ina.op == OP_JOIN) {
             bitmap_t mask = (bitmap_t) 1 << ina.worker_id;
-            register_index_t cell = job * INA_MAX_WORKERS + (register_index_t) ina.worker_id;
             bitmap_t bitmap;
             slot_count_t count;
-            seq_t nonce;
+            truth_t joined;
             join_bitmap.read(bitmap, job);
             join_count.read(count, job);
-            join_nonce.read(nonce, cell);
-            if (nonce == ina.seq && (bitmap & mask) != 0) {
-                meta.slot_action = slot_action_t.DUPLICATE;
-                meta.complete = count >= meta.num_workers;
-            } else {
-                if (count == 0 || count >= meta.num_workers || (bitmap & mask) != 0) {
-                    meta.slot_action = slot_action_t.NEW;
-                    meta.epoch = meta.epoch + 1;  // mod 2^32
+            up_joined.read(joined, job);
+            up_nonce.read(meta.up_nonce, job);
+            meta.down = joined != 0;
+            bool formed = count >= meta.num_workers;  // every worker here has joined
+            if (meta.from_parent) {
+                if (!formed || meta.down || (ina.flags & FLAG_RESULT) == 0) {
+                    meta.dropped = true;
+                    meta.drop_reason = DROP_REASON_STALE;
+                    mark_to_drop(standard_metadata);
+                } else if (ina.seq == meta.up_nonce) {
+                    meta.slot_action = slot_action_t.DOWN;
+                    meta.epoch = ina.epoch;
                     job_epoch.write(job, meta.epoch);
-                    bitmap = mask;
-                    count = 1;
+                    up_joined.write(job, 1);
+                    meta.down = true;
+                    meta.complete = true;
                 } else {
-                    meta.slot_action = slot_action_t.CONTRIBUTE;
-                    bitmap = bitmap | mask;
-                    count = count + 1;
+                    meta.slot_action = slot_action_t.DUPLICATE;
+                    meta.complete = true;
                 }
-                join_nonce.write(cell, ina.seq);
-                join_bitmap.write(job, bitmap);
-                join_count.write(job, count);
-                meta.complete = count == meta.num_workers;
+            } else {
+                register_index_t cell = job * INA_MAX_WORKERS
+                                        + (register_index_t) ina.worker_id;
+                seq_t nonce;
+                join_nonce.read(nonce, cell);
+                if (nonce == ina.seq && (bitmap & mask) != 0) {
+                    meta.slot_action = slot_action_t.DUPLICATE;
+                    meta.complete = formed;
+                } else {
+                    if (count == 0 || formed || (bitmap & mask) != 0) {
+                        meta.slot_action = slot_action_t.NEW;
+                        if (meta.has_parent) {
+                            up_joined.write(job, 0);  // the parent's answer brings the epoch
+                            meta.down = false;
+                        } else {
+                            meta.epoch = meta.epoch + 1;  // mod 2^32
+                            job_epoch.write(job, meta.epoch);
+                        }
+                        bitmap = mask;
+                        count = 1;
+                    } else {
+                        meta.slot_action = slot_action_t.CONTRIBUTE;
+                        bitmap = bitmap | mask;
+                        count = count + 1;
+                    }
+                    join_nonce.write(cell, ina.seq);
+                    join_bitmap.write(job, bitmap);
+                    join_count.write(job, count);
+                    meta.complete = count == meta.num_workers;
+                    if (meta.complete && meta.has_parent) {
+                        meta.up_nonce = ina.seq;
+                        up_nonce.write(job, ina.seq);
+                    }
+                }
             }
             meta.count = count;
             meta.bitmap = bitmap;

@@ -5,11 +5,13 @@
 
 // One register per lane (slot_lane_0 .. slot_lane_{P4_LANES-1}), rows like every slot
 // register. Per SlotState's verdict, on every lane at once:
-//   NEW                    write the packet's lanes into the copy;
+//   NEW, DOWN              write the packet's lanes into the copy (DOWN: a leaf stores its
+//                          parent's result over its partial sum);
 //   CONTRIBUTE             combine by the packet's op (SUM: int32 add with wrap-around, OR:
 //                          bitwise or, MAX: signed max), store, and leave the new value in
 //                          the packet (it becomes the result if this completes the slot);
-//   DUPLICATE, complete    read the stored result into the packet (unicast reply);
+//   DUPLICATE, complete    read the stored result into the packet (unicast reply; on a
+//                          leaf whose result has not come down: the partial sum, sent up);
 //   DUPLICATE, incomplete  nothing: the PENDING reply carries the packet's own lanes.
 // P4 has no loops: the registers and the per-lane actions are generated, unrolled, from
 // ina/protocol.py (generated/lanes_gen.p4, by `python -m ina.p4gen`). Validate admits only
@@ -22,7 +24,7 @@ control LaneAggregate(inout ina_lanes_h lanes,
 #include "generated/lanes_gen.p4"
 
     apply {
-        if (slot_action == slot_action_t.NEW) {
+        if (slot_action == slot_action_t.NEW || slot_action == slot_action_t.DOWN) {
             lanes_write();
         } else if (slot_action == slot_action_t.CONTRIBUTE) {
             if (op == OP_SUM) {

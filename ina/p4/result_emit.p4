@@ -18,12 +18,27 @@
 // packet (for a JOIN: the join bitmap, the request's exp and level); epoch = the run's.
 // version, op, worker_id (the sender's, also in multicast copies), job_id, slot, seq and
 // num_lanes stay as the request had them.
+//
+// On a leaf (the job has a parent, JobLookup) two cases change:
+//   a completed slot or run join that has not come down   UP: to the parent, out of
+//       (the contribution that completes it, or a        up_port, flags = SHADOW only;
+//       duplicate of it, or the parent's RESULT with      WorkerRewrite makes it contributor
+//       another contributor's nonce)                      up_worker's (a JOIN: up_nonce in
+//                                                         seq), after Stats has counted
+//                                                         the sender's contribution;
+//   DOWN (the parent's RESULT, taken in)                  RESULT to the job's multicast
+//                                                         group, like a completion.
 control ResultEmit(inout ina_h ina,
                    inout metadata_t meta,
                    inout standard_metadata_t standard_metadata) {
     apply {
         flags_t shadow = ina.flags & FLAG_SHADOW;
-        if (meta.slot_action == slot_action_t.DUPLICATE) {
+        if (meta.slot_action != slot_action_t.DOWN && meta.has_parent && meta.complete
+                && !meta.down) {
+            meta.reply = reply_t.UP;
+            standard_metadata.egress_spec = meta.up_port;
+            ina.flags = shadow;
+        } else if (meta.slot_action == slot_action_t.DUPLICATE) {
             standard_metadata.egress_spec = standard_metadata.ingress_port;
             if (meta.complete) {
                 meta.reply = reply_t.RESULT_UNICAST;

@@ -20,6 +20,13 @@
 // NEW and CONTRIBUTE also clear the worker's bit in the OTHER copy (SwitchML): that copy's
 // bitmap then shows which workers have not yet moved on from its generation.
 //
+// On a leaf (the job has a parent) a complete copy holds the leaf's partial sum until its
+// parent's RESULT for it comes down (meta.from_parent): that RESULT, for the copy's seq in
+// this run, is DOWN once (slot_down := 1; LaneAggregate stores the lanes, ExpLevelMax exp and
+// level, so later duplicates are answered with the full result); any other reply from the
+// parent (a PENDING, a second copy, another seq) is STALE. A DUPLICATE into a complete copy
+// whose result has not come down makes ResultEmit send the partial sum up again.
+//
 // Outputs for the later stages: meta.row, slot_action, count and bitmap after the packet, and
 // complete: for a counted contribution, "this one completed the slot" (count == num_workers,
 // the single packet that triggers the multicast); for a duplicate, "the slot holds the full
@@ -35,6 +42,8 @@ control SlotState(in ina_h ina,
     register<slot_count_t>(SLOT_REGISTER_SIZE) slot_count;
     @name(".slot_epoch") @id(REGISTER_ID_SLOT_EPOCH)
     register<epoch_t>(SLOT_REGISTER_SIZE) slot_epoch;
+    @name(".slot_down") @id(REGISTER_ID_SLOT_DOWN)
+    register<truth_t>(SLOT_REGISTER_SIZE) slot_down;
 
     apply {
         // Rows of this packet's copy and of the other copy of the same slot.
@@ -58,15 +67,33 @@ control SlotState(in ina_h ina,
         slot_count.read(count, meta.row);
         slot_bitmap.read(bitmap, meta.row);
         slot_epoch.read(stored_epoch, meta.row);
+        truth_t down;
+        slot_down.read(down, meta.row);
+        meta.down = down != 0;
         seq_t generation_step = (seq_t) meta.pool_size << 1;  // 2 * pool_size
 
+        if (meta.from_parent) {
+            if ((ina.flags & FLAG_RESULT) != 0 && !meta.down && count >= meta.num_workers
+                    && stored_epoch == meta.epoch && ina.seq == stored_seq) {
+                meta.slot_action = slot_action_t.DOWN;
+                slot_down.write(meta.row, 1);
+                meta.down = true;
+                meta.complete = true;
+            } else {
+                meta.slot_action = slot_action_t.STALE;
+                meta.dropped = true;
+                meta.drop_reason = DROP_REASON_STALE;
+                mark_to_drop(standard_metadata);
+            }
         // An unused copy, or one of an earlier run, takes any seq (WorkerCheck made it
         // consistent with slot and copy).
-        if (count == 0 || stored_epoch != meta.epoch
+        } else if (count == 0 || stored_epoch != meta.epoch
                 || ina.seq == stored_seq + generation_step) {  // mod 2^32
             meta.slot_action = slot_action_t.NEW;
             slot_seq.write(meta.row, ina.seq);
             slot_epoch.write(meta.row, meta.epoch);
+            slot_down.write(meta.row, 0);
+            meta.down = false;
             bitmap = mask;
             count = 1;
         } else if (ina.seq != stored_seq) {

@@ -22,18 +22,29 @@ counter(WORKER_COUNTER_SIZE, CounterType.packets_and_bytes) worker_contributions
 //   DUPLICATES, plus RETX_REPLIES (stored result sent again) or PENDING_REPLIES,
 //   for a JOIN: JOINS, plus RUNS if it completed the run's join,
 //   for data: AGGREGATED and the worker's worker_contributions cell, plus RESULTS if it
-//   completed the slot (once per slot, however many copies leave).
+//   completed the slot (once per slot, however many copies leave),
+//   for a parent's result taken in by a leaf (DOWN): RESULTS (data) or RUNS (JOIN),
+// and UP_PACKETS for every packet a leaf sends to its parent (a completion, or a duplicate
+// that sends the partial sum or run join up again); a leaf counts RESULTS and RUNS when
+// they go down to its workers, so `result_packets = N x (results + runs) + retx_replies`
+// holds on every switch of a lossless path.
 // An absorbed contribution that does not complete its slot is counted, not dropped.
 control Stats(in ina_h ina, in metadata_t meta) {
     apply {
         ina_stats.count(COUNTER_PACKETS_IN);
         if (meta.dropped) {
             ina_stats.count(COUNTER_DROP_FIRST + (counter_index_t) meta.drop_reason);
+        } else if (meta.slot_action == slot_action_t.DOWN) {
+            if (ina.op == OP_JOIN) {
+                ina_stats.count(COUNTER_RUNS);
+            } else {
+                ina_stats.count(COUNTER_RESULTS);
+            }
         } else if (meta.slot_action == slot_action_t.DUPLICATE) {
             ina_stats.count(COUNTER_DUPLICATES);
             if (meta.reply == reply_t.RESULT_UNICAST) {
                 ina_stats.count(COUNTER_RETX_REPLIES);
-            } else {
+            } else if (meta.reply == reply_t.PENDING) {
                 ina_stats.count(COUNTER_PENDING_REPLIES);
             }
         } else if (ina.op == OP_JOIN) {
@@ -48,6 +59,9 @@ control Stats(in ina_h ina, in metadata_t meta) {
             if (meta.reply == reply_t.RESULT_MULTICAST) {
                 ina_stats.count(COUNTER_RESULTS);
             }
+        }
+        if (meta.reply == reply_t.UP) {
+            ina_stats.count(COUNTER_UP_PACKETS);
         }
     }
 }

@@ -28,6 +28,7 @@ typedef bit<8>  slot_count_t;      // contributions counted in a slot copy, <= w
 typedef bit<32> register_index_t;  // v1model register index: (pool_base + slot) * 2 + shadow
 typedef bit<32> counter_index_t;   // v1model counter index
 typedef bit<8>  drop_reason_t;     // DropReason
+typedef bit<8>  truth_t;           // a yes/no register cell (0 or 1): slot_down, up_joined
 
 // -- Internal decisions (metadata only, never on the wire) -----------------------------------
 
@@ -38,15 +39,17 @@ enum bit<3> slot_action_t {
     NEW        = 1,  // first contribution of a newer generation: lanes are written
     STALE      = 2,  // older generation than the copy's: dropped
     DUPLICATE  = 3,  // this worker counted already: answered, never added again
-    CONTRIBUTE = 4   // a new worker for the current generation: lanes are combined
+    CONTRIBUTE = 4,  // a new worker for the current generation: lanes are combined
+    DOWN       = 5   // a leaf: its parent's result for the copy (or run join) is taken in
 }
 
 // What ResultEmit sends, and what the egress does with each copy.
-enum bit<2> reply_t {
+enum bit<3> reply_t {
     NONE             = 0,  // nothing leaves (contribution absorbed, or dropped)
     RESULT_MULTICAST = 1,  // completing contribution: RESULT to the job's multicast group
     RESULT_UNICAST   = 2,  // duplicate into a complete slot: stored RESULT to its sender
-    PENDING          = 3   // duplicate into an incomplete slot: PENDING to its sender
+    PENDING          = 3,  // duplicate into an incomplete slot: PENDING to its sender
+    UP               = 4   // a leaf's partial sum (or run join) to its parent switch
 }
 
 #include "generated/constants_gen.p4"

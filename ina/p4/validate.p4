@@ -8,8 +8,9 @@
 //   - it parsed whole: INA header and all P4_LANES lanes present (no parser error);
 //   - its UDP datagram is exactly one INA payload long (UDP length == INA_UDP_LENGTH);
 //   - version == INA_VERSION and OP_SUM <= op <= OP_JOIN;
-//   - neither RESULT nor PENDING is set: those only travel switch -> worker;
 //   - num_lanes <= P4_LANES.
+// RESULT or PENDING marks a reply from a parent switch (meta.from_parent): JobLookup drops
+// it as MALFORMED unless the job has a parent here (hierarchical aggregation).
 control Validate(in headers_t hdr,
                  inout metadata_t meta,
                  inout standard_metadata_t standard_metadata) {
@@ -22,8 +23,8 @@ control Validate(in headers_t hdr,
             well_formed = hdr.udp.length == INA_UDP_LENGTH
                           && hdr.ina.version == INA_VERSION
                           && hdr.ina.op >= OP_SUM && hdr.ina.op <= OP_JOIN
-                          && (hdr.ina.flags & (FLAG_RESULT | FLAG_PENDING)) == 0
                           && hdr.ina.num_lanes <= P4_LANES;
+            meta.from_parent = (hdr.ina.flags & (FLAG_RESULT | FLAG_PENDING)) != 0;
         }
         if (!well_formed) {
             meta.dropped = true;

@@ -9,6 +9,8 @@
 // in slot seq % pool_size, copy (seq / pool_size) % 2 (the SHADOW flag). pool_size is a power
 // of two (the control plane refuses others), so both are bit masks of seq. The worker is
 // checked first, as in the switch model, so a packet wrong in both counts as BAD_WORKER.
+// A parent's reply carries the parent-level worker id of a leaf, not one of this job's
+// workers: only its slot is checked.
 control WorkerCheck(in ina_h ina,
                     inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
@@ -16,7 +18,7 @@ control WorkerCheck(in ina_h ina,
         seq_t pool_size = (seq_t) meta.pool_size;
         bool seq_shadow = (ina.seq & pool_size) != 0;
         bool flag_shadow = (ina.flags & FLAG_SHADOW) != 0;
-        if (ina.worker_id >= meta.num_workers) {
+        if (!meta.from_parent && ina.worker_id >= meta.num_workers) {
             meta.dropped = true;
             meta.drop_reason = DROP_REASON_BAD_WORKER;
             mark_to_drop(standard_metadata);

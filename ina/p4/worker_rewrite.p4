@@ -15,6 +15,9 @@
 // destination ones and the destination the worker's; the UDP source port becomes
 // INA_UDP_PORT and the UDP checksum 0 (none). InaComputeChecksum then fixes the IPv4 checksum.
 // TTL, identification and the other IPv4 fields are the request's.
+// A leaf's packet UP to its parent is addressed the same way from the parent_table entry
+// that JobLookup read (meta.up_mac, up_ip, up_udp_port), without worker_table, and becomes
+// the parent's worker up_worker's (a JOIN also carries the nonce the leaf joined with).
 control WorkerRewrite(inout headers_t hdr,
                       inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
@@ -45,12 +48,26 @@ control WorkerRewrite(inout headers_t hdr,
     }
 
     apply {
-        if (meta.reply == reply_t.RESULT_MULTICAST) {
-            meta.dest_worker = (worker_id_t) standard_metadata.egress_rid;
+        if (meta.reply == reply_t.UP) {
+            hdr.ina.worker_id = meta.up_worker;
+            if (hdr.ina.op == OP_JOIN) {
+                hdr.ina.seq = meta.up_nonce;
+            }
+            hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+            hdr.ethernet.dst_addr = meta.up_mac;
+            hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+            hdr.ipv4.dst_addr = meta.up_ip;
+            hdr.udp.src_port = INA_UDP_PORT;
+            hdr.udp.dst_port = meta.up_udp_port;
+            hdr.udp.checksum = 0;
         } else {
-            meta.dest_worker = hdr.ina.worker_id;
+            if (meta.reply == reply_t.RESULT_MULTICAST) {
+                meta.dest_worker = (worker_id_t) standard_metadata.egress_rid;
+            } else {
+                meta.dest_worker = hdr.ina.worker_id;
+            }
+            worker_table.apply();
         }
-        worker_table.apply();
     }
 }
 

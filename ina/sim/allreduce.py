@@ -15,12 +15,15 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from ina import topology
 from ina.host.allreduce import CompressionConfig, Worker
-from ina.sim.network import NetworkSpec, SimNetwork, SimTransport, build
+from ina.p4.entities import POOL_SLOTS
+from ina.sim.network import PLACEMENTS, NetworkSpec, SimNetwork, SimTransport, build
 from ina.sim.options import add_network_arguments, describe, network_spec
 
 
@@ -35,7 +38,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="one representative worker stands for all (identical deterministic links): "
         "any number of workers, one worker's memory (docs/simulation.md)",
     )
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology file (bmv2_topologies/two_level_2x2.json): its switches aggregate "
+        "hierarchically, its workers replace --workers",
+    )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="jobs on the switch at once, each with --workers workers and a pool of --pool "
+        "(ATP's setting): each job's time together and alone (ina/sim/jobs.py)",
+    )
+    p.add_argument(
+        "--placement",
+        default="separate",
+        choices=PLACEMENTS,
+        help="with --jobs: every worker on its own host, or worker w of every job on host w "
+        "(sharing its link)",
+    )
+    p.add_argument(
+        "--switch-slots",
+        type=int,
+        default=POOL_SLOTS,
+        help="the switch's slot memory, shared by the jobs' pools",
+    )
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     p.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
     p.add_argument("--density", type=float, default=1.0, help="< 1: compressed (top-k)")
@@ -73,7 +102,9 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
     wall = time.perf_counter() - wall0
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
-    links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+    links = net.links()
+    ups = list({id(n.uplink): n.uplink for n in net.workers}.values())
+    downs = list({id(link): link for link in net.switch.ports.values()}.values())
     packets = sum(link.packets for link in links)
     stats = [w.stats for w in workers]
     return {
@@ -89,11 +120,19 @@ def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: in
         "bytes_on_links": sum(link.bytes for link in links),
         "packets_sent_per_worker": [s.packets_sent for s in stats],
         "retransmissions": sum(s.retransmissions for s in stats),
+        "queue_delay_up_s": mean_queue_delay(ups),
+        "queue_delay_down_s": mean_queue_delay(downs),
         "counters": {k: v[0] for k, v in net.pipeline.counters.snapshot().items()},
         "events": net.engine.events,
         "wall_seconds": wall,
         "wall_packets_per_second": packets / wall if wall > 0 else 0.0,
     }
+
+
+def mean_queue_delay(links) -> float:
+    """Mean queueing delay of the packets the links delivered (beyond an unloaded path)."""
+    packets = sum(link.packets for link in links)
+    return sum(link.queue_delay_sum for link in links) / packets if packets else 0.0
 
 
 def print_result(r: dict) -> None:
@@ -109,6 +148,10 @@ def print_result(r: dict) -> None:
         f"retransmissions; every sum exact: {'yes' if r['exact'] else 'NO'}"
     )
     print(
+        f"mean queueing delay: {r['queue_delay_up_s'] * 1e6:.3f} us up, "
+        f"{r['queue_delay_down_s'] * 1e6:.3f} us down"
+    )
+    print(
         f"simulator: {r['sim_seconds'] * 1e3:.3f} ms simulated in {r['wall_seconds']:.2f} s "
         f"of wall time, {r['wall_packets_per_second']:,.0f} packets per wall second, "
         f"{r['events']} events"
@@ -122,16 +165,41 @@ def main(args: argparse.Namespace) -> int:
         args.size = int(args.size)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
-        spec = network_spec(
-            args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+        fabric = topology.load(args.topology) if args.topology else None
+        spec = replace(
+            network_spec(
+                args,
+                len(fabric.workers) if fabric else args.workers,
+                args.lanes,
+                args.pool,
+                seed=args.seed,
+                timing_only=args.timing_only,
+                topology=fabric,
+            ),
+            jobs=args.jobs,
+            placement=args.placement,
+            switch_slots=args.switch_slots,
         )
+        if args.jobs > 1 and args.density != 1:
+            raise ValueError("--jobs runs dense allreduces (no --density)")
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2
+    if args.jobs > 1:
+        from ina.sim import jobs
+
+        r = jobs.run(spec, args.size, args.iters, args.seed)
+        jobs.print_result(r)
+        write(args.out, r)
+        return 0 if r["exact"] else 1
     r = run(spec, args.size, args.iters, args.density, args.seed)
     print_result(r)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(json.dumps(r, indent=2) + "\n")
+    write(args.out, r)
     return 0 if r["exact"] else 1
+
+
+def write(out: str | None, r: dict) -> None:
+    """``out``/result.json, if asked for."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "result.json").write_text(json.dumps(r, indent=2) + "\n")

@@ -1,10 +1,21 @@
-"""A simulated INA network from a description: N workers, one switch, a link each way.
+"""A simulated INA network from a description: N workers, one switch or a tree of switches.
+
+Several jobs (``jobs``, ATP's setting) share the switch: each has its own N workers, job id,
+pool of slots and multicast group, installed as the control plane installs jobs, and the
+pools together must fit the switch's slot memory (``switch_slots``). ``placement`` says
+where their workers sit: ``separate`` (every worker its own host and link) or ``shared``
+(worker w of every job on host w, so a host's link carries every job's traffic both ways).
 
 `NetworkSpec` says what the network is (rates, delays, buffers, loss, cross traffic, the
 switch's rate and latency, the job's pool and lanes) in SI units; `build` wires the engine,
 the switch model's pipeline with the job installed exactly as the control plane installs it
 on a real switch, each worker's transport core and its up and down links; `SimNetwork.run`
 runs one program per worker to completion in simulated time.
+
+With a topology (`ina.topology.Fabric`, from a topology file) the switches form a tree: each
+worker hangs off its leaf switch, each switch below the top is one contributor of its
+parent's job (hierarchical aggregation, docs/protocol.md), one pipeline per switch, links
+as the file says (its ``bw`` and ``delay``, else the spec's up and down links).
 
 Seeds: every random stream (each link's loss and delay draws, each worker's JOIN nonce) is
 spawned from ``NetworkSpec.seed``, so the same spec runs the same way every time.
@@ -30,16 +41,20 @@ from ina.netem import (
     make_link,
     parse_profile,
 )
-from ina.protocol import FRAME_OVERHEAD, MAX_LANES, MAX_WORKERS, packet_bytes
+from ina.p4.entities import MAX_JOBS, POOL_SLOTS
+from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, MAX_LANES, MAX_WORKERS, packet_bytes
 from ina.sim import units
 from ina.sim.engine import Engine, make_engine
-from ina.sim.nodes import Link, Program, SwitchNode, WorkerNode
-from ina.switch_model.pipeline import Pipeline
+from ina.sim.nodes import Link, OrderedLink, Program, SwitchNode, WorkerNode
+from ina.switch_model.pipeline import PARENT, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
+from ina.topology import Fabric
 
-JOB_ID = 1
+JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
+PLACEMENTS = ("separate", "shared")
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
+BACKENDS = ("fast", "ns3")
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,9 @@ class NetworkSpec:
     pool_size: int = 64
     seed: int = 0
     engine: str = "simpy"
+    # "fast": our engine and link models; "ns3": ns-3's links, queues and TCP cross traffic
+    # (packet-level fidelity, `ina.sim.ns3net`), the same workers and switch
+    backend: str = "fast"
     rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
@@ -107,6 +125,14 @@ class NetworkSpec:
     # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
     # every worker's links alike and deterministic, allows any number of workers.
     timing_only: bool = False
+    # A tree of switches (hierarchical aggregation) instead of one switch; ``workers`` must
+    # be its worker count.
+    topology: Fabric | None = None
+    # Several jobs on the switch, alike (each ``workers`` workers, a pool of ``pool_size``):
+    # their pools share ``switch_slots``; ``placement`` puts their workers on hosts.
+    jobs: int = 1
+    placement: str = "separate"
+    switch_slots: int = POOL_SLOTS
 
     def __post_init__(self) -> None:
         most = MAX_TIMING_WORKERS if self.timing_only else MAX_WORKERS
@@ -123,15 +149,47 @@ class NetworkSpec:
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
                     )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        if self.topology is not None:
+            if self.timing_only:
+                raise ValueError("timing only simulates one switch, not a topology's tree")
+            if self.backend != "fast":
+                raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
+            if self.jobs != 1:
+                raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
+            if self.workers != len(self.topology.workers):
+                raise ValueError(
+                    f"topology {self.topology.name} has {len(self.topology.workers)} workers, "
+                    f"not {self.workers}"
+                )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
         if self.pool_size < 1 or self.pool_size & (self.pool_size - 1):
             raise ValueError(f"pool size must be a power of two, got {self.pool_size}")
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise ValueError(
+                f"jobs must be 1..{MAX_JOBS} (the switch's job table), got {self.jobs}"
+            )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+            )
+        if self.jobs * self.pool_size > self.switch_slots:
+            raise ValueError(
+                f"{self.jobs} jobs x a pool of {self.pool_size} slots need "
+                f"{self.jobs * self.pool_size}; the switch has {self.switch_slots}"
+            )
         self.worker_config(0)  # the transport's own checks (timers)
+        if self.backend == "ns3":
+            from ina.sim.ns3net import check  # what ns-3 models (no ns-3 import)
 
-    def worker_config(self, worker_id: int) -> WorkerConfig:
+            check(self)
+
+    def worker_config(self, worker_id: int, job: int = 0) -> WorkerConfig:
+        """Worker ``worker_id`` of job ``job`` (counted from 0)."""
         return WorkerConfig(
-            job_id=JOB_ID,
+            job_id=JOB_ID + job,
             worker_id=worker_id,
             num_workers=min(self.workers, MAX_WORKERS),
             switch=("sim", 0),
@@ -225,9 +283,21 @@ class SimNetwork:
 
     spec: NetworkSpec
     engine: Engine
-    pipeline: Pipeline
+    pipeline: Pipeline  # the (top) switch's
     switch: SwitchNode
-    workers: list[WorkerNode]
+    workers: list[WorkerNode]  # every job's, job by job
+    job_of: list[int] = field(default_factory=list)  # each worker's job (from 0)
+    switches: dict[str, SwitchNode] = field(default_factory=dict)  # a topology's, by name
+
+    def links(self) -> list[Link]:
+        """Every link, once (a shared host's link carries several workers; a topology's
+        switch-to-switch links too)."""
+        seen: dict[int, Link] = {}
+        switches = list(self.switches.values()) or [self.switch]
+        ports = [p for s in switches for p in s.ports.values()]
+        for link in [n.uplink for n in self.workers] + ports:
+            seen.setdefault(id(link), link)
+        return list(seen.values())
 
     def run(self, programs: list[Program], until: float = math.inf) -> list[object]:
         """Run ``programs[w]`` on worker ``w`` until all are done; their return values.
@@ -266,19 +336,30 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     of its packets completes its slot, as the last of N identical contributions would), its
     processing queue counts each packet N times (the N contributions it stands for), and its
     result leaves on one downlink of the N identical ones. Same simulated times as N workers
-    (a test compares them), with one worker's memory and work.
+    (a test compares them), with one worker's memory and work. With several jobs, one
+    representative per job (on one host, when the jobs share hosts).
     """
+    if spec.backend == "ns3":
+        from ina.sim import ns3net  # imports ns-3 only when asked for
+
+        return ns3net.build(spec, codec_time)
+    if spec.topology is not None:
+        return _build_tree(spec, spec.topology, codec_time)
     engine = make_engine(spec.engine)
-    modelled = 1 if spec.timing_only else spec.workers
-    pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
-    install_job_spec(pipeline, local_job(JOB_ID, modelled, spec.pool_size))
+    per_job = 1 if spec.timing_only else spec.workers
+    modelled = spec.jobs * per_job
+    hosts = per_job if spec.placement == "shared" else modelled
+    pipeline = Pipeline(lanes=spec.lanes, pool_total=max(spec.switch_slots, spec.pool_size))
+    for k in range(spec.jobs):  # disjoint pools out of the switch's slots, as ATP's jobs
+        job = local_job(JOB_ID + k, per_job, spec.pool_size, spec.pool_size * k, job_index=k)
+        install_job_spec(pipeline, job)
     root = np.random.SeedSequence(spec.seed)
-    nonce_seed, *link_seeds = root.spawn(1 + 2 * modelled)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * hosts)
     nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, modelled, dtype=np.uint64)
     cap_seed = spec.seed
     frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
-    ups = [link_emulator(spec.up, link_seeds[2 * w], cap_seed) for w in range(modelled)]
-    downs = [link_emulator(spec.down, link_seeds[2 * w + 1], cap_seed) for w in range(modelled)]
+    ups = [link_emulator(spec.up, link_seeds[2 * h], cap_seed) for h in range(hosts)]
+    downs = [link_emulator(spec.down, link_seeds[2 * h + 1], cap_seed) for h in range(hosts)]
     up_min = min(min_latency(e, frame) for e in ups)
     down_min = min(min_latency(e, frame) for e in downs)
     switch_min = spec.switch.latency_s + (
@@ -292,17 +373,138 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         latency=spec.switch.latency_s,
         weight=spec.workers if spec.timing_only else 1,
     )
-    workers = []
-    for w in range(modelled):
-        cfg = spec.worker_config(w)
-        if spec.timing_only:  # the representative is the job's only member on the switch
-            cfg = replace(cfg, num_workers=1)
-        core = TransportCore(cfg, nonce=int(nonces[w]))
-        node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
-        node.uplink = Link(ups[w], switch.arrive)
-        switch.ports[(JOB_ID, w)] = Link(downs[w], node.deliver)
-        workers.append(node)
-    return SimNetwork(spec, engine, pipeline, switch, workers)
+    workers, job_of = [], []
+    host_nodes: list[dict[int, WorkerNode]] = [{} for _ in range(hosts)]
+    for k in range(spec.jobs):
+        for w in range(per_job):
+            cfg = spec.worker_config(w, k)
+            if spec.timing_only:  # the representative is the job's only member on the switch
+                cfg = replace(cfg, num_workers=1)
+            core = TransportCore(cfg, nonce=int(nonces[len(workers)]))
+            node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
+            host = w if spec.placement == "shared" else len(workers)
+            host_nodes[host][cfg.job_id] = node
+            workers.append(node)
+            job_of.append(k)
+    for h, nodes in enumerate(host_nodes):
+        if len(nodes) == 1:  # a host of its own: its link hands packets straight over
+            ((job_id, node),) = nodes.items()
+            node.uplink = Link(ups[h], switch.arrive)
+            switch.ports[(job_id, node.core.cfg.worker_id)] = Link(downs[h], node.deliver)
+            continue
+        # a shared host: its workers' packets enter its uplink in time order, and what comes
+        # down its link goes to the worker of the packet's job
+        uplink = OrderedLink(engine, ups[h], switch.arrive)
+        downlink = Link(downs[h], _by_job(nodes))
+        for job_id, node in nodes.items():
+            node.uplink = uplink
+            switch.ports[(job_id, node.core.cfg.worker_id)] = downlink
+    return SimNetwork(spec, engine, pipeline, switch, workers, job_of)
+
+
+_JOB_FIELD = HEADER_DTYPE.fields["job_id"][1]  # the job id's byte offset in the header
+
+
+def _by_job(nodes: dict[int, WorkerNode]) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """Deliver a shared host's packets to the worker of each packet's job."""
+
+    def deliver(times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        job = data[:, _JOB_FIELD].astype(np.int64) << 8 | data[:, _JOB_FIELD + 1]
+        for job_id, node in nodes.items():
+            mine = job == job_id
+            if mine.any():
+                node.deliver(times[mine], data[mine], lengths[mine])
+
+    return deliver
+
+
+def _link_spec(
+    base: LinkSpec, bw_mbit: float | None, delay: str | None, loss: float | None = None
+) -> LinkSpec:
+    """``base`` with a topology file's ``bw`` (Mbit/s), ``delay`` and ``loss`` for a link."""
+    if loss is not None:
+        base = replace(base, loss=float(loss))
+    if bw_mbit is not None:
+        base = replace(base, rate_bps=float(bw_mbit) * 1e6)
+    if delay is not None:
+        base = replace(base, prop_delay_s=units.seconds(delay, "link delay"))
+    return base
+
+
+def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
+    """`build` for a tree of switches: a pipeline per switch with its job (and, below the
+    top, its parent_table entry) installed as the control plane installs it, workers on their
+    leaves with their ids there, each link both ways. A switch's lookahead is the shortest
+    latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
+    engine = make_engine(spec.engine)
+    job = fabric.job_id
+    root = np.random.SeedSequence(spec.seed)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * len(fabric.links))
+    n = len(fabric.workers)
+    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, n, dtype=np.uint64)
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    # Each link: (lower end, upper end, emulator going up, emulator coming down).
+    wired = []
+    for i, link in enumerate(fabric.links):
+        if link.a_port is None:  # host - switch
+            lower, upper = link.a, link.b
+        elif fabric.switches[link.a].parent == link.b:
+            lower, upper = link.a, link.b
+        else:
+            lower, upper = link.b, link.a
+        up = link_emulator(
+            _link_spec(spec.up, link.bw, link.delay, link.loss), link_seeds[2 * i], spec.seed
+        )
+        down = link_emulator(
+            _link_spec(spec.down, link.bw, link.delay, link.loss), link_seeds[2 * i + 1], spec.seed
+        )
+        wired.append((lower, upper, up, down))
+    into: dict[str, list[float]] = {s: [] for s in fabric.switches}
+    for lower, upper, up, down in wired:
+        into[upper].append(min_latency(up, frame))
+        if lower in fabric.switches:
+            into[lower].append(min_latency(down, frame))
+    switches: dict[str, SwitchNode] = {}
+    pipelines: dict[str, Pipeline] = {}
+    for s in fabric.top_down():
+        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+        js = fabric.job_spec(s)
+        install_job_spec(pipeline, replace(js, pool_size=spec.pool_size))
+        pipelines[s] = pipeline
+        switches[s] = SwitchNode(
+            engine,
+            pipeline,
+            min(into[s]),
+            rate_bps=spec.switch.rate_bps,
+            latency=spec.switch.latency_s,
+        )
+    rtt = min(
+        min_latency(up, frame) + switch_min + min_latency(down, frame)
+        for lower, _, up, down in wired
+        if lower in fabric.hosts
+    )
+    nodes: dict[str, WorkerNode] = {}
+    for g, host in enumerate(fabric.workers):
+        _, local = fabric.leaf_of(g)
+        cfg = replace(spec.worker_config(g), job_id=job, worker_id=local, num_workers=n)
+        nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
+    for lower, upper, up, down in wired:
+        if lower in fabric.hosts:
+            if lower not in nodes:  # a host that is not a worker
+                continue
+            node = nodes[lower]
+            node.uplink = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
+        else:
+            child = fabric.contributors(upper).index(lower)
+            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].arrive)
+            switches[upper].ports[(job, child)] = Link(down, switches[lower].arrive)
+    top = fabric.root
+    workers = [nodes[h] for h in fabric.workers]
+    return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)
 
 
 def parse_link(

@@ -128,6 +128,19 @@ class Link:
         self.deliver = deliver
         self.packets = 0
         self.bytes = 0
+        # seconds beyond an unloaded path (serialization at the full rate, the shortest
+        # delay) summed over delivered packets: the queueing delay, as the ns-3 backend
+        # measures it (`ina.sim.ns3net.Ns3Link`)
+        self.queue_delay_sum = 0.0
+
+    @property
+    def mean_queue_delay(self) -> float:
+        return self.queue_delay_sum / self.packets if self.packets else 0.0
+
+    def _queued(self, times: np.ndarray, frame: np.ndarray, release: np.ndarray) -> float:
+        rate = self.emulator.rate_bps
+        unloaded = self.emulator.delay.min_delay() + (0.0 if rate is None else frame * 8 / rate)
+        return float(np.maximum(release - times - unloaded, 0.0).sum())
 
     def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         """Packets ``data`` (rows, not to be written to again) enter the link at ``times``
@@ -140,11 +153,51 @@ class Link:
         if ok.all():
             self.packets += times.size
             self.bytes += int(frame.sum())
+            self.queue_delay_sum += self._queued(times, frame, release)
             self.deliver(release, data, lengths)
         elif ok.any():
             self.packets += int(ok.sum())
             self.bytes += int(frame[ok].sum())
+            self.queue_delay_sum += self._queued(times[ok], frame[ok], release[ok])
             self.deliver(release[ok], data[ok], lengths[ok])
+
+
+class OrderedLink(Link):
+    """A link that several workers share (workers of several jobs on one host).
+
+    A worker hands its packets over ahead of their time (lookahead), so two workers' packets
+    do not reach the link in time order. They wait here until the clock reaches their time
+    and then enter the link in time order, as on a host's one NIC queue. That delays nothing
+    downstream: a packet sent at t cannot reach the switch before t + the uplink's least
+    latency, which is the switch's lookahead. ``late`` counts packets handed over after the
+    clock passed their time (they enter the link behind later ones; 0 in every test)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        emulator: LinkEmulator,
+        deliver: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+    ) -> None:
+        super().__init__(emulator, deliver)
+        self.engine = engine
+        self.inbox = _Inbox(0)
+        self._wake = _Wakeup(engine, self._run)
+        self._admitted = -math.inf  # the time of the last packet into the link
+        self.late = 0
+
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        if times.size:
+            self.late += int((times < self._admitted).sum())
+            self.inbox.add(times, data, lengths)
+            self._wake.request(self.inbox.first)
+
+    def _run(self) -> None:
+        t, data, lengths = self.inbox.take_before(np.nextafter(self.engine.now, math.inf))
+        if t.size:
+            self._admitted = max(self._admitted, float(t[-1]))
+            super().send(t, data, lengths)
+        if self.inbox.first < math.inf:
+            self._wake.request(self.inbox.first)
 
 
 class SwitchNode:
@@ -177,7 +230,9 @@ class SwitchNode:
         self.latency = latency
         self.queue = LinkEmulator(rate_bps=rate_bps)  # the processing queue (no loss, no delay)
         self.inbox = _Inbox(pipeline.payload_bytes + 1)
-        self.ports: dict[tuple[int, int], Link] = {}  # (job_id, worker_id) -> downlink
+        # (job_id, worker_id) -> downlink; on a leaf, (job_id, PARENT) -> the uplink to its
+        # parent switch (hierarchical aggregation, `ina.sim.network`)
+        self.ports: dict[tuple[int, int], Link] = {}
         self._wake = _Wakeup(engine, self._run)
         self._out = Outputs.allocate(256, pipeline.payload_bytes)
         self.batches = 0
@@ -221,12 +276,18 @@ class SwitchNode:
         for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast], strict=True)}:
             rows = unicast & (job == j) & (dest == w)
             targets[(j, w)] = targets.get((j, w), False) | rows
-        copies: dict[bytes, tuple] = {}  # the same rows for many ports: one copy
+        # a port that several workers share (jobs on one host) takes all their rows at once,
+        # in time order
+        per_link: dict[int, tuple[Link, np.ndarray]] = {}
         for key, rows in targets.items():
             link = self.ports.get(key)
             if link is None:
                 self.unroutable += int(rows.sum())
                 continue
+            had = per_link.get(id(link))
+            per_link[id(link)] = (link, rows if had is None else had[1] | rows)
+        copies: dict[bytes, tuple] = {}  # the same rows for many ports: one copy
+        for link, rows in per_link.values():
             shared = copies.get(rows.tobytes())
             if shared is None:
                 r = np.flatnonzero(rows)

@@ -12,7 +12,7 @@ import argparse
 
 from ina.sim import units
 from ina.sim.engine import ENGINES
-from ina.sim.network import NetworkSpec, SwitchSpec, parse_link
+from ina.sim.network import BACKENDS, NetworkSpec, SwitchSpec, parse_link
 
 
 def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> None:
@@ -45,6 +45,14 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
     )
     g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
     g.add_argument("--engine", default="simpy", choices=sorted(ENGINES), help="event kernel")
+    g.add_argument(
+        "--sim-backend" if train else "--backend",  # `ina train --backend` is ina or gloo
+        dest="sim_backend",
+        default="fast",
+        choices=BACKENDS,
+        help="fast: our engine and link models; ns3: ns-3's links, queues and TCP cross "
+        "traffic, packet by packet (needs the ns3 extra; --engine does not apply)",
+    )
     g.add_argument("--sim-seed", type=int, help="seed of the network's random streams")
     # The transport's own defaults (WorkerConfig): with compute and codec times measured on
     # this host, workers are late by its jitter, which these timers are sized to ride out;
@@ -62,6 +70,7 @@ def network_spec(
     rate: str | None = None,
     profile: str | None = None,
     timing_only: bool = False,
+    topology=None,
 ) -> NetworkSpec:
     """The `NetworkSpec` the options describe (ValueError: a one-line reason); ``rate`` and
     ``profile`` replace ``--link-rate``/``--link-profile`` (`ina train`'s own options)."""
@@ -88,9 +97,11 @@ def network_spec(
         pool_size=pool_size,
         seed=seed if args.sim_seed is None else args.sim_seed,
         engine=args.engine,
+        backend=getattr(args, "sim_backend", "fast"),
         rto_s=units.seconds(args.rto, "rto"),
         min_rto_s=units.seconds(args.min_rto, "min rto"),
         timing_only=timing_only,
+        topology=topology,
     )
 
 
@@ -112,11 +123,15 @@ def describe(spec: NetworkSpec) -> str:
         f"buffer {up.buffer_bytes:g} B" if up.buffer_bytes else "",
         f"capacity {up.capacity}" if up.capacity else "",
     ]
+    tree = "" if spec.topology is None else f"topology {spec.topology.name}, "
     return (
-        f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
+        tree
+        + f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
         f"{up.prop_delay_s * 1e6:g} us propagation"
         + "".join(f", {e}" for e in extra if e)
         + f"; switch {'at line rate' if sw.rate_bps is None else rate(sw.rate_bps) + 'bit/s'}, "
         f"{sw.latency_s * 1e6:g} us latency; "
-        f"{spec.lanes} lanes, pool {spec.pool_size}; engine {spec.engine}, seed {spec.seed}"
+        f"{spec.lanes} lanes, pool {spec.pool_size}; "
+        + ("ns-3 backend" if spec.backend == "ns3" else f"engine {spec.engine}")
+        + f", seed {spec.seed}"
     )

@@ -310,12 +310,13 @@ class SimTraining:
         steps = net.run([self.program(w) for w in range(self.spec.workers)])
         wall = time.perf_counter() - self.wall0
         stats = [w.stats for w in self.workers]
-        links = [n.uplink for n in net.workers] + list(net.switch.ports.values())
+        links = net.links()
         c = self.config
         result = {
             "backend": "ina",
             "simulated": True,
             "network": describe(self.spec),
+            "scenario": c.get("scenario"),
             "compute": c["compute"],
             "codec": c["codec"],
             "compression": c["compression"],

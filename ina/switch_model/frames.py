@@ -18,14 +18,17 @@ byte for byte. Its steps carry the names of the P4 controls:
                       Not INA: ``Forward``, ``forward_table`` exact on the destination MAC ->
                       port; a miss drops (no flooding: hosts use static ARP entries).
 3. Replication        a RESULT for the job's multicast group leaves once per replica (egress
-                      port, rid) of the group, in the group's order; a unicast reply (stored
-                      RESULT or PENDING for a retransmission) leaves by the port it came in on.
+                      port, rid) of the group, in descending rid as BMv2 sends them
+                      (`Tables.replicas`); a unicast reply (stored
+                      RESULT or PENDING for a retransmission) leaves by the port it came in on;
+                      a leaf's packet UP to its parent by the parent_table entry's port.
 4. ``WorkerRewrite``  each copy is addressed from ``worker_table[(job_id, worker)]`` (worker =
                       the replica's rid, or the header's worker_id for a unicast reply):
                       eth.dst := worker mac, eth.src := the request's eth.dst, ipv4.src := the
                       request's ipv4.dst, ipv4.dst := worker ip, udp.src := `UDP_PORT`,
                       udp.dst := worker udp_port, udp checksum := 0; TTL and the rest unchanged.
-                      A copy without an entry is dropped.
+                      A copy without an entry is dropped. An UP packet is addressed the same
+                      way from ``parent_table[job_id]``.
 5. ``EgressStats``    RESULT_PACKETS counts the result copies that leave. The pipeline counts
                       one per replica when it decides to multicast; a copy dropped at step 4
                       is taken back out, as the P4 egress never counts it.
@@ -59,7 +62,7 @@ from ina.protocol import (
     Counter,
     Flag,
 )
-from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+from ina.switch_model.pipeline import MULTICAST, PARENT, Outputs, Pipeline
 from ina.switch_model.tables import WorkerAddress
 
 # Byte offsets in an untagged Ethernet / IPv4 (no options) / UDP frame.
@@ -392,23 +395,13 @@ class FramePipeline:
     ) -> None:
         """Replicate and address the pipeline's ``m`` outputs (requests: ``rows``)."""
         pb = self.pipeline.payload_bytes
-        # Which request each output answers: the full-length request with its key.
-        cand = rows[full]
-        ck = self._keys(f, cand)
-        order = np.argsort(ck, kind="stable")
+        # Which request each output answers: the pipeline names its input row (a leaf's UP
+        # packet carries another worker_id and, for a JOIN, seq than its request).
         hdr = pout.data[:m, :HEADER_BYTES]
-        okeys = (
-            (_be16(hdr[:, FIELD_OFFSETS["job_id"] : FIELD_OFFSETS["job_id"] + 2]) << 40)
-            | (hdr[:, FIELD_OFFSETS["worker_id"]].astype(np.int64) << 32)
-            | _be_int(hdr[:, FIELD_OFFSETS["seq"] : FIELD_OFFSETS["seq"] + 4])
-        )
-        pos = np.searchsorted(ck[order], okeys)
-        src = cand[order[pos]]
-        if not np.array_equal(ck[order[pos]], okeys):  # cannot happen: segments are unique
-            raise AssertionError("an output matches no request of its batch")
+        src = rows[pout.src[:m]]
 
         # -- Replication: the copies of each output, in output order (a group's replicas
-        # in the group's order), with the egress port and worker_table's bytes of each.
+        # in descending rid), with the egress port and worker_table's bytes of each.
         dest = pout.dest[:m]
         mc = dest == MULTICAST
         job = pout.job_id[:m].astype(np.int64)
@@ -423,13 +416,19 @@ class FramePipeline:
             for i in of_key.tolist() if missing else ():
                 self._dropped_copy(bool(is_result[i]), int(lengths[src[i]]), missing)
         uni_book: list[bytes] = []
+        uni_port: list[int] = []  # -1: back out of the ingress port
+        tables = self.pipeline.tables
         for i in np.flatnonzero(~mc).tolist():
-            addr = self.pipeline.tables.workers.get((int(job[i]), int(dest[i])))
+            if dest[i] == PARENT:
+                addr = tables.parents.get(int(job[i]))
+            else:
+                addr = tables.workers.get((int(job[i]), int(dest[i])))
             if addr is None:
                 self._dropped_copy(bool(is_result[i]), int(lengths[src[i]]))
             else:
                 counts[i] = 1
                 uni_book.append(self._address(addr))
+                uni_port.append(addr.port if dest[i] == PARENT else -1)
         k = int(counts.sum())
         if not k:
             return
@@ -443,8 +442,9 @@ class FramePipeline:
             cp_port[sel] = rp[j[sel]]
             book[sel] = rb[j[sel]]
         if uni_book:
-            sel = np.flatnonzero(~mc[o])  # unicast: back out of the ingress port
-            cp_port[sel] = ports[s[sel]]
+            sel = np.flatnonzero(~mc[o])  # unicast: back out of the ingress port, or UP
+            up = np.asarray(uni_port, np.int64)
+            cp_port[sel] = np.where(up >= 0, up, ports[s[sel]])
             book[sel] = np.frombuffer(b"".join(uni_book), np.uint8).reshape(-1, 12)
         self.counters.copies_out += k
         # -- WorkerRewrite + InaComputeChecksum, on the request's first 42 bytes ------------
@@ -473,7 +473,7 @@ class FramePipeline:
         12 bytes WorkerRewrite writes for each, and how many have no entry."""
         tables = self.pipeline.tables
         ports, books, missing = [], [], 0
-        for port, rid in tables.mcast_groups.get(group, ()):
+        for port, rid in tables.replicas(group):
             addr = tables.workers.get((job, rid))
             if addr is None:
                 missing += 1

@@ -15,10 +15,13 @@ P4Runtime entity                      switch model state
                                       (the replica whose instance is the worker id)
 ``forward_table`` / ``forward``       stored and read back (the UDP-mode model forwards
                                       nothing else; BMv2 uses it for plain L2 traffic)
+``parent_table`` / ``set_parent``     ``Pipeline.set_parent(ParentEntry)`` (a leaf of a
+                                      hierarchical job); ``no_parent`` entries are kept
+                                      beside it (the same as no entry)
 multicast group entries               ``Tables.mcast_groups[group] = [(port, instance)]``
 ``ina_stats``, ``worker_contributions``  ``Pipeline.counters.stats`` / ``.workers``
 ``slot_*`` registers                  ``Pipeline.registers`` (``slot_lane_i`` = lane i)
-``job_epoch``, ``join_*`` registers   ``Pipeline.runs`` (JoinRun)
+``job_epoch``, ``join_*``, ``up_*``   ``Pipeline.runs`` (JoinRun)
 ====================================  =====================================================
 
 Behaviour follows the P4Runtime specification; where the specification leaves a choice, the
@@ -102,7 +105,7 @@ from ina.p4 import entities
 from ina.p4info import build_p4info, p4info_differences
 from ina.switch_model import p4rt_wire
 from ina.switch_model.pipeline import Pipeline
-from ina.switch_model.tables import JobEntry, Tables, WorkerAddress
+from ina.switch_model.tables import JobEntry, ParentEntry, Tables, WorkerAddress
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +282,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         # State the pipeline has no place for, kept for read-write symmetry.
         self._forward: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
         self._job_drops: set[tuple[int, ...]] = set()  # job_table keys whose action is drop
+        self._no_parents: set[tuple[int, ...]] = set()  # parent_table keys of no_parent
         self._entry_meta: dict[tuple[int, tuple[int, ...]], tuple[int, bytes]] = {}
         self._group_meta: dict[int, bytes] = {}
         self._group_port_bytes: set[int] = set()  # groups written with `Replica.port`
@@ -293,6 +297,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             "job_table": (self._job_apply, self._job_remove, self._job_entries),
             "worker_table": (self._worker_apply, self._worker_remove, self._worker_entries),
             "forward_table": (self._forward_apply, self._forward_remove, self._forward_entries),
+            "parent_table": (self._parent_apply, self._parent_remove, self._parent_entries),
         }
         self._lane_of = {}  # register id -> lane index, or None for scalar registers
         for r in entities.REGISTERS:
@@ -603,6 +608,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         t.jobs.clear()
         t.workers.clear()
         t.mcast_groups.clear()
+        t.parents.clear()
+        self._no_parents.clear()
         self.pipeline.registers.reset()
         self.pipeline.runs.reset_all()
         self.pipeline.counters.reset()
@@ -812,6 +819,41 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             for key, w in self.pipeline.tables.workers.items()
         }
 
+    def _parent_apply(self, key, action, values, utype) -> None:
+        if action.name == "no_parent":  # as a miss: the job is not a leaf here
+            self.pipeline.remove_parent(key[0])
+            self._no_parents.add(key)
+            return
+        worker_id, port, mac, ip, udp_port = values
+        try:
+            parent = ParentEntry(
+                job_id=key[0],
+                worker_id=worker_id,
+                ip=str(ipaddress.IPv4Address(ip)),
+                udp_port=udp_port,
+                mac=_mac_str(mac),
+                port=port,
+            )
+        except ValueError as e:
+            raise _fail(SC.INVALID_ARGUMENT, f"parent_table: {e}") from None
+        self._no_parents.discard(key)
+        self.pipeline.set_parent(parent)
+
+    def _parent_remove(self, key) -> None:
+        self._no_parents.discard(key)
+        self.pipeline.remove_parent(key[0])
+
+    def _parent_entries(self):
+        entries: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {
+            key: ("no_parent", ()) for key in self._no_parents
+        }
+        for p in self.pipeline.tables.parents.values():
+            entries[(p.job_id,)] = (
+                "set_parent",
+                (p.worker_id, p.port, _mac_int(p.mac), _ip_int(p.ip), p.udp_port),
+            )
+        return entries
+
     def _forward_apply(self, key, action, values, utype) -> None:
         self._forward[key] = (action.name, values)
 
@@ -851,8 +893,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         gid = m.multicast_group_id
         if gid == 0:
             raise _fail(SC.INVALID_ARGUMENT, "multicast group id 0 is reserved")
-        if gid >> 16:
-            raise _fail(SC.OUT_OF_RANGE, f"multicast group {gid} does not fit bit<16>")
+        if gid > entities.MAX_MCAST_GROUP:  # as BMv2 answers (issue 11)
+            raise _fail(
+                SC.OUT_OF_RANGE, f"multicast group {gid}: ids are 1..{entities.MAX_MCAST_GROUP}"
+            )
         groups = self.pipeline.tables.mcast_groups
         if utype == _U.DELETE:
             if gid not in groups:

@@ -3,8 +3,10 @@
 This is the executable specification of the P4 program (`ina/p4/`). Its stages carry the
 names of the P4 controls and run in the same order:
 
-1. ``Validate``       version, op, flags, length and lane count; else drop MALFORMED.
-2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB.
+1. ``Validate``       version, op, length and lane count; else drop MALFORMED.
+2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB. ``parent_table``: the
+                      job's parent switch on a leaf; a RESULT or PENDING (a parent's reply)
+                      for a job without one drops MALFORMED.
 3. ``WorkerCheck``    worker_id < num_workers (BAD_WORKER); for data packets, slot < pool_size
                       and slot and shadow copy consistent with seq (BAD_SLOT, see below).
 4. ``JoinRun``        the job's runs. A JOIN packet joins a run (below) and is answered
@@ -29,6 +31,17 @@ names of the P4 controls and run in the same order:
                       by unicast; a DUPLICATE into an incomplete one a PENDING reply (with the
                       bitmap, so the worker can name who is missing).
 9. ``Stats``          the ``ina_stats`` and ``worker_contributions`` counters.
+
+Hierarchical aggregation (a leaf switch): a job with a ``parent_table`` entry (`ParentEntry`)
+is one contributor of the same job on a parent switch. Its completed slot copy, instead of
+being multicast, goes UP (output ``dest`` `PARENT`) as the parent's worker
+``parent.worker_id``; the parent's RESULT for it (a packet with RESULT set, which is
+MALFORMED for a job without a parent) is taken in once (``slot_down``: the copy now holds
+the full result) and multicast to the leaf's workers. A worker's duplicate into a complete
+copy whose result has not come down sends the stored partial sum up again, so the workers'
+retransmissions repair a loss on either level. Runs likewise: the leaf's run join, once
+complete, goes up (its nonce kept in ``up_nonce``); the parent's JOIN RESULT with that nonce
+gives the leaf its epoch (``up_joined``). docs/protocol.md, "Hierarchical aggregation".
 
 Why the sequence number: chunk ``seq`` of a run lives in slot ``seq % pool_size``, copy
 ``(seq // pool_size) % 2`` (pool sizes are powers of two, so these are bit masks in P4). A
@@ -74,9 +87,10 @@ from ina.protocol import (
     packet_bytes,
 )
 from ina.switch_model.state import Counters, RunRegisters, SlotRegisters
-from ina.switch_model.tables import JobEntry, Tables
+from ina.switch_model.tables import JobEntry, ParentEntry, Tables
 
 MULTICAST = -1  # Outputs.dest value: to the job's multicast group
+PARENT = -2  # Outputs.dest value: up to the job's parent switch (Tables.parents)
 
 _MASK32 = (1 << 32) - 1
 # Plain ints for the per-packet loop (enum arithmetic there costs more than the work).
@@ -92,6 +106,10 @@ _AGGREGATED = 2 * int(Counter.AGGREGATED)
 _RESULTS = 2 * int(Counter.RESULTS)
 _JOINS = 2 * int(Counter.JOINS)
 _RUNS = 2 * int(Counter.RUNS)
+_UP_PACKETS = 2 * int(Counter.UP_PACKETS)
+_DROP_MALFORMED = 2 * int(Counter.DROP_MALFORMED)
+_FROM_PARENT = int(Flag.RESULT | Flag.PENDING)
+_RESULT_FLAG = int(Flag.RESULT)
 
 
 @dataclass
@@ -100,7 +118,8 @@ class Outputs:
 
     Row ``i < n`` of ``data`` holds an INA payload of ``length`` bytes for ``job_id[i]``,
     sent to worker ``dest[i]`` or, if ``dest[i] == MULTICAST``, to multicast group
-    ``group[i]``; ``src[i]`` is the input row that produced it (outputs are in input order).
+    ``group[i]``, or if ``dest[i] == PARENT``, up to the job's parent switch; ``src[i]`` is
+    the input row that produced it (outputs are in input order).
     """
 
     data: np.ndarray  # (capacity, stride) uint8
@@ -160,6 +179,13 @@ class Pipeline:
         self.tables.add_job(job, self.pool_total)
         self.registers.reset(job.pool_base, job.pool_size)
         self.runs.reset(job.job_index)
+
+    def set_parent(self, parent: ParentEntry) -> None:
+        """``parent_table`` entry: this switch is a leaf of ``parent.job_id``."""
+        self.tables.parents[parent.job_id] = parent
+
+    def remove_parent(self, job_id: int) -> None:
+        self.tables.parents.pop(job_id, None)
 
     def remove_job(self, job_id: int) -> None:
         job = self.tables.jobs.pop(job_id, None)
@@ -222,7 +248,6 @@ class Pipeline:
                 & (hdr["version"] == VERSION)
                 & (hdr["op"] >= Op.SUM)
                 & (hdr["op"] <= Op.JOIN)
-                & ((hdr["flags"] & (Flag.RESULT | Flag.PENDING)) == 0)
                 & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
             )
         bad = ~valid
@@ -245,13 +270,16 @@ class Pipeline:
         exps = h["exp"].tolist()
         levels = h["level"].tolist()
         epochs = h["epoch"].tolist()
+        flags = h["flags"].tolist()
         flen = frame_len[idx].tolist()
 
         jobs = self.tables.jobs
+        parents = self.tables.parents
         reg = self.registers
         r_seq, r_epoch, r_bitmap, r_count = reg.seq, reg.epoch, reg.bitmap, reg.count
-        r_exp, r_level, r_values = reg.exp, reg.level, reg.values
+        r_exp, r_level, r_values, r_down = reg.exp, reg.level, reg.values, reg.down
         runs = self.runs
+        up_nonce, up_joined = runs.up_nonce, runs.up_joined
         j_epoch, j_bitmap, j_count, j_nonce = (
             runs.job_epoch,
             runs.join_bitmap,
@@ -271,6 +299,7 @@ class Pipeline:
         out_exp: list[int] = []
         out_level: list[int] = []
         out_epoch: list[int] = []
+        out_up: dict[int, tuple[int, int | None]] = {}  # UP output -> (worker_id, JOIN seq)
         staged = out.staging(self.lanes)
 
         for k in range(idx.size):
@@ -281,10 +310,17 @@ class Pipeline:
                 tally[_DROP_UNKNOWN_JOB] += 1
                 tally[_DROP_UNKNOWN_JOB + 1] += fl
                 continue
+            # parent_table: a leaf of a hierarchical job; RESULT/PENDING = the parent's reply
+            parent = parents.get(jobs_in[k]) if parents else None
+            fp = flags[k] & _FROM_PARENT
+            if fp and parent is None:
+                tally[_DROP_MALFORMED] += 1
+                tally[_DROP_MALFORMED + 1] += fl
+                continue
             # -- WorkerCheck ------------------------------------------------------------
             w = workers[k]
             nw = job.num_workers
-            if w >= nw:
+            if w >= nw and not fp:
                 tally[_DROP_BAD_WORKER] += 1
                 tally[_DROP_BAD_WORKER + 1] += fl
                 continue
@@ -296,35 +332,71 @@ class Pipeline:
                 e = j_epoch[i]
                 jb = j_bitmap[i]
                 jc = j_count[i]
-                ni = i * MAX_WORKERS + w
-                if j_nonce[ni] == q and jb & mask:
-                    # DUPLICATE: this join was counted; answer with the run (or who is in)
-                    tally[_DUPLICATES] += 1
-                    tally[_DUPLICATES + 1] += fl
-                    kind = 1 if jc >= nw else 2
-                    r = _RETX_REPLIES if kind == 1 else _PENDING_REPLIES
-                    tally[r] += 1
-                    tally[r + 1] += fl
-                else:
-                    if jc == 0 or jc >= nw or jb & mask:
-                        # the first JOIN of a new run: no run yet, the last run's join was
-                        # complete, or this worker restarted
-                        e = (e + 1) & _MASK32
-                        j_epoch[i] = e
-                        jb, jc = mask, 1
+                formed = jc >= nw
+                if fp:
+                    # the parent's reply to the leaf's run join
+                    if not formed or up_joined[i] or not flags[k] & _RESULT_FLAG:
+                        tally[_DROP_STALE] += 1
+                        tally[_DROP_STALE + 1] += fl
+                        continue
+                    if q == up_nonce[i]:
+                        # DOWN: the parent's run, for our join: its epoch is ours now
+                        e = j_epoch[i] = epochs[k]
+                        up_joined[i] = 1
+                        tally[_RUNS] += 1
+                        tally[_RUNS + 1] += fl
+                        kind = 0
                     else:
-                        jb |= mask
-                        jc += 1
-                    j_nonce[ni] = q
-                    j_bitmap[i] = jb
-                    j_count[i] = jc
-                    tally[_JOINS] += 1
-                    tally[_JOINS + 1] += fl
-                    if jc != nw:
-                        continue  # absorbed: the worker waits for the run's last join
-                    tally[_RUNS] += 1
-                    tally[_RUNS + 1] += fl
-                    kind = 0
+                        # announced with another contributor's nonce: ask again (UP)
+                        tally[_DUPLICATES] += 1
+                        tally[_DUPLICATES + 1] += fl
+                        kind = 3
+                else:
+                    ni = i * MAX_WORKERS + w
+                    if j_nonce[ni] == q and jb & mask:
+                        # DUPLICATE: this join was counted; answer with the run (or who is
+                        # in); a leaf whose parent has not answered asks it again (UP)
+                        tally[_DUPLICATES] += 1
+                        tally[_DUPLICATES + 1] += fl
+                        if formed and parent is not None and not up_joined[i]:
+                            kind = 3
+                        else:
+                            kind = 1 if formed else 2
+                            r = _RETX_REPLIES if kind == 1 else _PENDING_REPLIES
+                            tally[r] += 1
+                            tally[r + 1] += fl
+                    else:
+                        if jc == 0 or formed or jb & mask:
+                            # the first JOIN of a new run: no run yet, the last run's join
+                            # was complete, or this worker restarted. A leaf's epoch comes
+                            # from its parent's answer.
+                            if parent is None:
+                                e = (e + 1) & _MASK32
+                                j_epoch[i] = e
+                            else:
+                                up_joined[i] = 0
+                            jb, jc = mask, 1
+                        else:
+                            jb |= mask
+                            jc += 1
+                        j_nonce[ni] = q
+                        j_bitmap[i] = jb
+                        j_count[i] = jc
+                        tally[_JOINS] += 1
+                        tally[_JOINS + 1] += fl
+                        if jc != nw:
+                            continue  # absorbed: the worker waits for the run's last join
+                        if parent is not None and not up_joined[i]:
+                            up_nonce[i] = q
+                            kind = 3
+                        else:
+                            tally[_RUNS] += 1
+                            tally[_RUNS + 1] += fl
+                            kind = 0
+                if kind == 3:
+                    tally[_UP_PACKETS] += 1
+                    tally[_UP_PACKETS + 1] += fl
+                    out_up[len(out_k)] = (parent.worker_id, up_nonce[i])
                 staged[len(out_k)] = lanes_in[k]  # a JOIN reply echoes the request's lanes
                 out_k.append(k)
                 out_kind.append(kind)
@@ -353,11 +425,40 @@ class Pipeline:
             other = base + 1 - shadow
             stored = r_seq[row]
             cnt = r_count[row]
+            dn = r_down[row]
+            if fp:
+                # A parent's reply for this leaf's copy: its RESULT for the partial sum we
+                # sent up is DOWN once (LaneAggregate, ExpLevelMax: stored); else STALE.
+                if (
+                    flags[k] & _RESULT_FLAG
+                    and not dn
+                    and cnt >= nw
+                    and r_epoch[row] == e
+                    and q == stored
+                ):
+                    r_down[row] = 1
+                    r_values[row] = lanes_in[k]
+                    r_exp[row] = exps[k]
+                    r_level[row] = levels[k]
+                    tally[_RESULTS] += 1
+                    tally[_RESULTS + 1] += fl
+                    staged[len(out_k)] = r_values[row]
+                    out_k.append(k)
+                    out_kind.append(0)
+                    out_bitmap.append(r_bitmap[row])
+                    out_exp.append(exps[k])
+                    out_level.append(levels[k])
+                    out_epoch.append(e)
+                else:
+                    tally[_DROP_STALE] += 1
+                    tally[_DROP_STALE + 1] += fl
+                continue
             if not cnt or r_epoch[row] != e or q == (stored + 2 * psize) & _MASK32:
                 # NEW: first contribution of this generation (a copy from an earlier run
                 # counts as unused). -- LaneAggregate: write.
                 r_seq[row] = q
                 r_epoch[row] = e
+                r_down[row] = dn = 0
                 r_bitmap[row] = mask
                 r_count[row] = cnt = 1
                 r_values[row] = lanes_in[k]
@@ -373,10 +474,17 @@ class Pipeline:
                 tally[_DUPLICATES] += 1
                 tally[_DUPLICATES + 1] += fl
                 if cnt >= nw:
-                    kind = 1
                     staged[len(out_k)] = r_values[row]
-                    tally[_RETX_REPLIES] += 1
-                    tally[_RETX_REPLIES + 1] += fl
+                    if parent is not None and not dn:
+                        # a leaf's result has not come down: send the partial sum up again
+                        kind = 3
+                        tally[_UP_PACKETS] += 1
+                        tally[_UP_PACKETS + 1] += fl
+                        out_up[len(out_k)] = (parent.worker_id, None)
+                    else:
+                        kind = 1
+                        tally[_RETX_REPLIES] += 1
+                        tally[_RETX_REPLIES + 1] += fl
                 else:
                     kind = 2
                     staged[len(out_k)] = lanes_in[k]
@@ -414,11 +522,19 @@ class Pipeline:
             agg_len.append(fl)
             # -- ResultEmit
             if cnt == nw:
-                tally[_RESULTS] += 1
-                tally[_RESULTS + 1] += fl
+                if parent is not None and not dn:
+                    # a leaf: the partial sum goes up as one contributor of the parent's job
+                    kind = 3
+                    tally[_UP_PACKETS] += 1
+                    tally[_UP_PACKETS + 1] += fl
+                    out_up[len(out_k)] = (parent.worker_id, None)
+                else:
+                    kind = 0
+                    tally[_RESULTS] += 1
+                    tally[_RESULTS + 1] += fl
                 staged[len(out_k)] = r_values[row]
                 out_k.append(k)
-                out_kind.append(0)
+                out_kind.append(kind)
                 out_bitmap.append(r_bitmap[row])
                 out_exp.append(r_exp[row])
                 out_level.append(r_level[row])
@@ -431,16 +547,24 @@ class Pipeline:
             kinds = np.asarray(out_kind)
             oh = h[ks].copy()
             shadow_bits = oh["flags"] & Flag.SHADOW
-            oh["flags"] = np.where(kinds == 2, Flag.PENDING, Flag.RESULT) | shadow_bits
+            oh["flags"] = (
+                np.select([kinds == 2, kinds == 3], [Flag.PENDING, 0], Flag.RESULT) | shadow_bits
+            )
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
             oh["epoch"] = out_epoch
+            for o, (up_worker, up_seq) in out_up.items():  # a leaf's packets to its parent
+                oh["worker_id"][o] = up_worker
+                if up_seq is not None:
+                    oh["seq"][o] = up_seq
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
             out.data[:m, HEADER_BYTES:pb] = (
                 staged[:m].astype(LANE_DTYPE).view(np.uint8).reshape(m, pb - HEADER_BYTES)
             )
-            out.dest[:m] = np.where(kinds == 0, MULTICAST, oh["worker_id"].astype(np.int32))
+            out.dest[:m] = np.select(
+                [kinds == 0, kinds == 3], [MULTICAST, PARENT], oh["worker_id"].astype(np.int32)
+            )
             out.job_id[:m] = oh["job_id"]
             out.src[:m] = idx[ks]
             grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
@@ -471,4 +595,4 @@ def lanes_of(payload: bytes) -> np.ndarray:
     return np.frombuffer(payload, LANE_DTYPE, offset=HEADER_BYTES).astype(np.int32)
 
 
-__all__ = ["LANE_BYTES", "MULTICAST", "Outputs", "Pipeline", "lanes_of"]
+__all__ = ["LANE_BYTES", "MULTICAST", "PARENT", "Outputs", "Pipeline", "lanes_of"]

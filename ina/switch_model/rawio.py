@@ -17,6 +17,10 @@ arrive with unfinished TCP/UDP checksums, and with segmentation offload as 64 Ki
 which the switch would forward as they are. INA frames do not care (the switch writes a zero
 UDP checksum), plain traffic does.
 
+The kernel takes the 802.1Q tag off every frame it receives; each read also brings the tag
+(``PACKET_AUXDATA``) and `ina.packet_socket` puts it back, so that a tagged frame reaches the
+parser as it was on the wire and leaves with its tag, as on BMv2 (libpcap does the same).
+
 A frame the kernel hands over queued behind a full egress queue (a bandwidth-limited link) is
 dropped and counted, as a switch drops on a full queue; retransmission recovers INA packets.
 
@@ -45,6 +49,13 @@ import numpy as np
 from ina.errors import UsageError, run_command
 from ina.netio import IOVEC, MMSGHDR
 from ina.p4.entities import POOL_SLOTS
+from ina.packet_socket import (
+    AUXDATA_CMSG,
+    AUXDATA_SPACE,
+    TAG_BYTES,
+    keep_vlan_tags,
+    restore_tags,
+)
 from ina.protocol import P4_LANES, packet_bytes
 from ina.switch_model.frames import INA, FrameOutputs, FramePipeline, int_to_mac
 from ina.switch_model.pipeline import Pipeline
@@ -99,6 +110,7 @@ class IOCounters:
 
     rx_frames: int = 0
     rx_truncated: int = 0  # longer than the buffer stride: dropped
+    rx_vlan_tagged: int = 0  # arrived with an 802.1Q tag, which the kernel had taken off
     tx_frames: int = 0
     tx_dropped: int = 0  # refused by the kernel (egress queue full, interface down)
     tx_no_port: int = 0  # for a port number that has no interface here
@@ -124,6 +136,7 @@ class RawPort:
                     self.sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER_BYTES)
                 except OSError:
                     self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+            keep_vlan_tags(self.sock)  # tagged frames keep their tags, as in BMv2 (issue 11)
             self.sock.bind((ifname, ETH_P_ALL))
         except OSError:
             self.sock.close()
@@ -169,10 +182,15 @@ class RawSwitch:
         self.rx_port = np.zeros(batch, np.int64)
         self._rx_iov = np.zeros(batch, IOVEC)
         self._rx_iov["base"] = _addr(self.rx) + np.arange(batch, dtype=np.uint64) * self.stride
-        self._rx_iov["len"] = self.stride
+        # room to put back an 802.1Q tag that the kernel took off (`ina.packet_socket`)
+        self._rx_iov["len"] = self.stride - TAG_BYTES
         self._rx_hdr = np.zeros(batch, MMSGHDR)
         self._rx_hdr["iov"] = _addr(self._rx_iov) + np.arange(batch, dtype=np.uint64) * 16
         self._rx_hdr["iovlen"] = 1
+        self._rx_ctl = np.zeros(batch, AUXDATA_CMSG)  # each read's PACKET_AUXDATA message
+        self._rx_hdr["control"] = _addr(self._rx_ctl) + np.arange(batch, dtype=np.uint64) * (
+            AUXDATA_CMSG.itemsize
+        )
         # send side: headers point into the output buffer, rebuilt per send
         self.out = FrameOutputs.allocate(4 * batch, self.stride)
         self._tx_cap = 0
@@ -245,6 +263,8 @@ class RawSwitch:
         room = self.batch - at
         hdr = self._rx_hdr
         hdr["flags"][at:] = 0
+        hdr["controllen"][at:] = AUXDATA_SPACE  # the kernel shrinks it to what it wrote
+        self._rx_ctl[at:] = 0
         n = _libc.recvmmsg(
             port.fd, ctypes.c_void_p(_addr(hdr) + at * 64), room, MSG_DONTWAIT | MSG_TRUNC, None
         )
@@ -257,14 +277,20 @@ class RawSwitch:
                 return 0
             raise OSError(e, f"recvmmsg on {port.ifname}: {os.strerror(e)}")
         lengths = hdr["len"][at : at + n].astype(np.int64)
-        truncated = ((hdr["flags"][at : at + n] & MSG_TRUNC) != 0) | (lengths > self.stride)
+        room = self.stride - TAG_BYTES
+        truncated = ((hdr["flags"][at : at + n] & MSG_TRUNC) != 0) | (lengths > room)
+        ctl, ctl_len = self._rx_ctl[at : at + n], hdr["controllen"][at : at + n]
         if truncated.any():
             # drop them: compact the good frames down (rare: MTU-sized links never do this)
             self.counters.rx_truncated += int(truncated.sum())
             keep = np.flatnonzero(~truncated)
             self.rx[at : at + keep.size] = self.rx[at + keep]
             lengths = lengths[keep]
+            ctl, ctl_len = ctl[keep], ctl_len[keep]
             n = int(keep.size)
+        # 802.1Q: the frame as it was on the wire, tag included (the parser then forwards it
+        # at layer 2 untouched, as BMv2 does, instead of taking a tagged INA packet in)
+        self.counters.rx_vlan_tagged += restore_tags(self.rx[at : at + n], lengths, ctl, ctl_len)
         self.rx_len[at : at + n] = lengths
         return n
 

@@ -22,9 +22,14 @@ MAX_POOL = 1 << 16  # slot indices and pool bases are 16-bit fields (header, job
 
 
 def install_job_spec(pipeline: Pipeline, spec: JobSpec) -> None:
-    """Install a job as the control plane would: job_table, multicast group, worker_table."""
+    """Install a job as the control plane would: job_table, multicast group, worker_table
+    and, on a leaf of a hierarchical job, parent_table."""
     entry = spec.entry()
     pipeline.install_job(entry)
+    if spec.parent is not None:
+        pipeline.set_parent(spec.parent)
+    else:
+        pipeline.remove_parent(spec.job_id)
     pipeline.tables.mcast_groups[entry.mcast_grp] = [(w.port, w.worker_id) for w in spec.workers]
     for w in spec.workers:
         pipeline.tables.add_worker(w)

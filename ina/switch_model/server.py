@@ -2,7 +2,8 @@
 
 Workers send INA payloads to the switch's UDP port; results go back to the addresses the
 control plane installed in ``worker_table`` (one datagram per replica of the job's multicast
-group; unicast replies to the worker that retransmitted). A batch of datagrams per
+group; unicast replies to the worker that retransmitted; a leaf's packets up to its parent
+switch's address in ``parent_table``). A batch of datagrams per
 recvmmsg, one `Pipeline.process_batch` per batch, one sendmmsg per batch of outputs.
 
 The loop holds ``lock`` while it runs a batch, so the P4Runtime service (another thread of
@@ -18,7 +19,7 @@ import numpy as np
 from ina.netio import BatchSocket
 from ina.protocol import UDP_PORT
 from ina.switch_model.impair import Impairment
-from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+from ina.switch_model.pipeline import MULTICAST, PARENT, Outputs, Pipeline
 
 
 class SwitchServer:
@@ -94,16 +95,21 @@ class SwitchServer:
         rows: list[int] = []
         dests: list[int] = []
         out = self.out
+        rids: dict[int, list[int]] = {}  # group -> its replicas' rids, once per batch
         for i, (dest, job_id, group) in enumerate(
             zip(out.dest[:m].tolist(), out.job_id[:m].tolist(), out.group[:m].tolist(), strict=True)
         ):
-            targets = (
-                [rid for _, rid in tables.mcast_groups.get(group, ())]
-                if dest == MULTICAST
-                else [dest]
-            )
+            if dest == MULTICAST:
+                targets = rids.get(group)
+                if targets is None:
+                    targets = rids[group] = [rid for _, rid in tables.replicas(group)]
+            else:
+                targets = [dest]
             for w in targets:
-                addr = tables.workers.get((job_id, w))
+                if dest == PARENT:
+                    addr = tables.parents.get(job_id)
+                else:
+                    addr = tables.workers.get((job_id, w))
                 if addr is None:
                     self.unroutable += 1
                     continue

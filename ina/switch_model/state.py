@@ -16,10 +16,10 @@ from ina.switch_model.tables import MAX_JOBS
 
 class SlotRegisters:
     """The per-slot registers: ``slot_seq``, ``slot_epoch``, ``slot_bitmap``, ``slot_count``,
-    ``slot_exp``, ``slot_level`` and the lane registers ``slot_lanes`` (one P4 register per
-    lane)."""
+    ``slot_exp``, ``slot_level``, ``slot_down`` (a leaf's copy holds its parent's result) and
+    the lane registers ``slot_lanes`` (one P4 register per lane)."""
 
-    SCALARS = ("seq", "epoch", "bitmap", "count", "exp", "level")
+    SCALARS = ("seq", "epoch", "bitmap", "count", "exp", "level", "down")
 
     def __init__(self, pool_total: int, lanes: int) -> None:
         self.pool_total = pool_total
@@ -45,16 +45,19 @@ class SlotRegisters:
 
 
 class RunRegisters:
-    """The per-job registers of ``JoinRun``: ``job_epoch``, ``join_bitmap``, ``join_count``
-    (indexed by job_index) and ``join_nonce`` (by ``job_index * MAX_WORKERS + worker_id``)."""
+    """The per-job registers of ``JoinRun``: ``job_epoch``, ``join_bitmap``, ``join_count``,
+    on a leaf ``up_nonce`` and ``up_joined`` (indexed by job_index) and ``join_nonce`` (by
+    ``job_index * MAX_WORKERS + worker_id``)."""
 
-    NAMES = ("job_epoch", "join_bitmap", "join_count", "join_nonce")
+    NAMES = ("job_epoch", "join_bitmap", "join_count", "join_nonce", "up_nonce", "up_joined")
 
     def __init__(self) -> None:
         self.job_epoch = [0] * MAX_JOBS
         self.join_bitmap = [0] * MAX_JOBS
         self.join_count = [0] * MAX_JOBS
         self.join_nonce = [0] * (MAX_JOBS * MAX_WORKERS)
+        self.up_nonce = [0] * MAX_JOBS
+        self.up_joined = [0] * MAX_JOBS
 
     def reset_all(self) -> None:
         for name in self.NAMES:
@@ -66,6 +69,8 @@ class RunRegisters:
         self.job_epoch[job_index] = 0
         self.join_bitmap[job_index] = 0
         self.join_count[job_index] = 0
+        self.up_nonce[job_index] = 0
+        self.up_joined[job_index] = 0
         lo = job_index * MAX_WORKERS
         self.join_nonce[lo : lo + MAX_WORKERS] = [0] * MAX_WORKERS
 

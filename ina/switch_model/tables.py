@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ina.errors import UsageError
-from ina.p4.entities import MAX_JOBS
+from ina.p4.entities import MAX_JOBS, MAX_MCAST_GROUP
 from ina.protocol import MAX_WORKERS
 
 
@@ -58,12 +58,36 @@ class WorkerAddress:
     port: int = 0
 
 
+@dataclass(frozen=True)
+class ParentEntry:
+    """``parent_table`` action ``set_parent``: this switch is a leaf of job ``job_id``.
+
+    Its completed slots (and run joins) go up to the parent switch as the parent's worker
+    ``worker_id`` of the same job; ``ip``/``udp_port`` address the parent, ``mac`` and
+    ``port`` (this switch's port towards it) matter only on Ethernet frames.
+    """
+
+    job_id: int
+    worker_id: int
+    ip: str
+    udp_port: int
+    mac: str = "00:00:00:00:00:00"
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.worker_id < MAX_WORKERS:
+            raise ValueError(f"job {self.job_id}: parent worker_id must be 0..{MAX_WORKERS - 1}")
+        if not 0 <= self.port < 1 << 9:
+            raise ValueError(f"job {self.job_id}: parent port {self.port} does not fit 9 bits")
+
+
 @dataclass
 class Tables:
     """All control-plane entries of one switch."""
 
     jobs: dict[int, JobEntry] = field(default_factory=dict)
     workers: dict[tuple[int, int], WorkerAddress] = field(default_factory=dict)
+    parents: dict[int, ParentEntry] = field(default_factory=dict)  # job_id -> parent
     # multicast group -> replicas (egress port, rid); rid is the worker id
     mcast_groups: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
@@ -89,6 +113,13 @@ class Tables:
     def add_worker(self, w: WorkerAddress) -> None:
         self.workers[(w.job_id, w.worker_id)] = w
 
+    def replicas(self, group: int) -> list[tuple[int, int]]:
+        """The copies a multicast to ``group`` makes, (egress port, rid), in the order they
+        leave: descending rid, whatever order the group was written in, because that is the
+        order in which BMv2 sends them (measured: tests/test_differential.py, two workers
+        behind one port see it as who hears first; issue 11)."""
+        return sorted(self.mcast_groups.get(group, ()), key=lambda pr: -pr[1])
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -101,20 +132,34 @@ class JobSpec:
     workers: tuple[WorkerAddress, ...]
     job_index: int = 0
     mcast_grp: int = 0
+    parent: ParentEntry | None = None  # a leaf of a hierarchical job: its parent switch
 
     def entry(self) -> JobEntry:
+        """The ``job_table`` entry; the multicast group is ``mcast_grp``, or job_id + 1 when
+        it is 0. Raises ValueError for a group BMv2 would refuse (above `MAX_MCAST_GROUP`)."""
+        group = self.mcast_grp or self.job_id + 1
+        if not 1 <= group <= MAX_MCAST_GROUP:
+            which = f"mcast_grp {group}" if self.mcast_grp else f"the default {group} (job_id + 1)"
+            raise ValueError(
+                f"job {self.job_id}: {which} is not a multicast group id BMv2 accepts "
+                f"(1..{MAX_MCAST_GROUP}): give the job a mcast_grp in that range"
+            )
         return JobEntry(
             job_id=self.job_id,
             job_index=self.job_index,
             num_workers=self.num_workers,
             pool_base=self.pool_base,
             pool_size=self.pool_size,
-            mcast_grp=self.mcast_grp or self.job_id + 1,
+            mcast_grp=group,
         )
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["workers"] = [asdict(w) for w in self.workers]
+        if self.parent is None:
+            del d["parent"]
+        else:
+            d["parent"] = {k: v for k, v in asdict(self.parent).items() if k != "job_id"}
         return d
 
     @classmethod
@@ -131,8 +176,11 @@ class JobSpec:
         ids = sorted(w.worker_id for w in workers)
         if ids != list(range(d["num_workers"])):
             raise ValueError(f"job {d['job_id']}: worker ids must be 0..num_workers-1")
-        rest = {k: v for k, v in d.items() if k != "workers"}
-        return cls(workers=workers, **rest)
+        rest = {k: v for k, v in d.items() if k not in ("workers", "parent")}
+        parent = d.get("parent")
+        if parent is not None:
+            parent = ParentEntry(job_id=d["job_id"], **parent)
+        return cls(workers=workers, parent=parent, **rest)
 
 
 class JobsFileError(UsageError):
@@ -189,6 +237,8 @@ def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
         at = f"{where}: job {job['job_id']}"
         for k, w in enumerate(job["workers"]):
             _fields(WorkerAddress, w, f"{at}: workers[{k}]", ignore=("job_id",))
+        if job.get("parent") is not None:
+            _fields(ParentEntry, job["parent"], f"{at}: parent", ignore=("job_id",))
         try:
             spec = JobSpec.from_json(job)
             spec.entry()  # the job_table entry's checks: worker count, pool, ids

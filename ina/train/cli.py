@@ -184,15 +184,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(docs/simulation.md); --delay is then the links' delay profile",
     )
     s.add_argument(
+        "--scenario",
+        metavar="NAME|PATH",
+        help="with --sim: a named network scenario (ina/sim/scenarios: "
+        + ", ".join(scenario_names())
+        + ") or a scenario file; it sets the network and, unless given, --compute and "
+        "--codec (docs/dc2.md)",
+    )
+    s.add_argument(
         "--compute",
-        default="measured",
         help="with --sim: compute time per step: measured[:SCALE], fixed:TIME, "
-        "flops:DEVICE[:EFFICIENCY] (ina/sim/compute.py)",
+        "flops:DEVICE[:EFFICIENCY] (ina/sim/compute.py; default measured, or the scenario's)",
     )
     s.add_argument(
         "--codec",
-        default="measured",
-        help="with --sim: codec time: measured[:SCALE], none, or a throughput like 30GB/s",
+        help="with --sim: codec time: measured[:SCALE], none, or a throughput like 30GB/s "
+        "(default measured, or the scenario's)",
     )
     from ina.sim.options import add_network_arguments
 
@@ -208,6 +215,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="save parameters, gradients and quantization bounds after this step",
     )
+
+
+def scenario_names() -> list[str]:
+    from ina.sim.scenario import names
+
+    return names()
+
+
+# Options that a --scenario sets, with their defaults: giving one with --scenario is an error
+# (one description of the network, not two that are merged silently).
+_SCENARIO_SETS = {
+    "link_rate": None, "delay": "none", "prop_delay": "1us", "link_loss": 0.0,
+    "buffer": "none", "capacity": None, "up_rate": None, "down_rate": None,
+    "switch_rate": "none", "switch_latency": "1us", "rto": "50ms", "min_rto": "20ms",
+}  # fmt: skip
 
 
 def workload_target(args: argparse.Namespace, workload: Workload) -> float | None:
@@ -278,6 +300,13 @@ def validate(args: argparse.Namespace) -> Workload:
             raise ValueError("--sim simulates its own switch: no --switch/--jobs")
         if args.check_sync or args.dump_step is not None:
             raise ValueError("--sim has one model for all workers: no --check-sync/--dump-step")
+        if args.scenario:
+            given = [k for k, v in _SCENARIO_SETS.items() if getattr(args, k) != v]
+            if given:
+                names = ", ".join("--" + k.replace("_", "-") for k in given)
+                raise ValueError(f"--scenario sets the network: no {names}")
+    elif args.scenario or args.compute or args.codec:
+        raise ValueError("--scenario, --compute and --codec need --sim")
     if args.backend == "gloo" and args.compression != "dense":
         raise ValueError("--compression needs --backend ina (gloo is the dense baseline)")
     if bool(args.switch) != bool(args.jobs):
@@ -338,6 +367,12 @@ def sim_models(args: argparse.Namespace):
     from ina.sim.compute import parse_codec, parse_compute
     from ina.sim.options import network_spec
 
+    if args.scenario:
+        from ina.sim.scenario import load_scenario
+
+        scenario = load_scenario(args.scenario)
+        return scenario_models(args, scenario)
+    args.compute, args.codec = args.compute or "measured", args.codec or "measured"
     rate = args.link_rate or "100G"
     try:
         rate = f"{float(rate)}M"  # a bare number is Mbit/s, as without --sim
@@ -347,6 +382,24 @@ def sim_models(args: argparse.Namespace):
         args, args.workers or 4, args.lanes, args.pool, seed=args.seed, rate=rate,
         profile=args.delay,
     )  # fmt: skip
+    return spec, parse_compute(args.compute), parse_codec(args.codec)
+
+
+def scenario_models(args: argparse.Namespace, scenario):
+    """The network spec, compute and codec models of ``--sim`` on a loaded `Scenario`; the
+    scenario's compute and codec profiles go into ``args`` (and so into the run's config)."""
+    from ina.sim.compute import parse_codec, parse_compute
+
+    model = resolve(args.dataset, args.model).model
+    spec, args.compute, args.codec = scenario.models(
+        model, args.workers, args.lanes, args.pool, args.seed if args.sim_seed is None
+        else args.sim_seed, args.compute, args.codec,
+    )  # fmt: skip
+    backend = getattr(args, "sim_backend", "fast")
+    if (args.engine, backend) != (spec.engine, spec.backend):
+        from dataclasses import replace
+
+        spec = replace(spec, engine=args.engine, backend=backend)  # checks ns-3's limits
     return spec, parse_compute(args.compute), parse_codec(args.codec)
 
 
@@ -407,6 +460,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         # (`high:episode_seed=N`) start from here on every worker's links.
         "clock_epoch": time.monotonic(),
         "link_rate_bps": link_rate_bps(args.link_rate),
+        "scenario": args.scenario,
         "compute": args.compute,
         "codec": args.codec,
         "coding": args.coding,

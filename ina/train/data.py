@@ -41,6 +41,19 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from ina.train.textdata import SEQ_LEN, VOCAB_SIZE
+
+# What a model needs to know of each data set, without loading it: the input shape of one
+# sample and the number of classes (text: the vocabulary). `ina sim train --timing-only`
+# sizes a model's gradients from these; tests check them against the sets made here.
+SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((1, 8, 8), 10),
+    "mnist": ((1, 28, 28), 10),
+    "cifar10": ((3, 32, 32), 10),
+    "mnist1d": ((1, 40), 10),
+    "pytext": ((SEQ_LEN,), VOCAB_SIZE),
+}
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -223,6 +236,7 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "mnist1d": load_mnist1d,
     "pytext": load_pytext,
 }
+assert set(SHAPES) == set(DATASETS), "every data set needs its shape"
 
 
 def load_dataset(name: str, seed: int = 0, path: str | None = None) -> Dataset:

@@ -48,6 +48,7 @@ from ina.control.counters import read_counters
 from ina.control.jobs import install_job
 from ina.control.p4rt import INSERT, SwitchConnection
 from ina.p4.entities import POOL_SLOTS
+from ina.packet_socket import keep_vlan_tags, recv_frame
 from ina.procs import stop_process
 from ina.protocol import MAX_WORKERS, P4_LANES
 from ina.switch_model.frames import FramePipeline
@@ -195,6 +196,7 @@ class VethTarget(Target):
         try:
             for p in (*self.ports, PROBE_PORT) if wire else ():
                 s = self.net.raw_socket(p)
+                keep_vlan_tags(s)  # frames compare with their 802.1Q tags (see _drain)
                 s.setblocking(False)
                 self.socks[p] = s
         except BaseException:
@@ -269,10 +271,12 @@ class VethTarget(Target):
 
     @staticmethod
     def _drain(sock: socket.socket) -> list[bytes]:
+        """Every frame waiting on ``sock``, each with the VLAN tag the kernel took off it
+        (a plain recv would lose the tag, and a tagged and an untagged frame compare equal)."""
         out = []
         while True:
             try:
-                out.append(sock.recv(65536))
+                out.append(recv_frame(sock))
             except BlockingIOError:
                 return out
 

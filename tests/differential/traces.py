@@ -9,13 +9,21 @@ what its name says.
 The default topology::
 
     port 1  host 1 (10.0.0.1)  job 1 worker 0 (UDP 50000), job 3 worker 0 (UDP 50100)
-    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001)
-    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002)
+    port 2  host 2 (10.0.0.2)  job 1 worker 1 (UDP 50001), job 5 workers 0 and 2 (UDP 50200,
+                               50202)
+    port 3  host 3 (10.0.0.3)  job 1 worker 2 (UDP 50002), job 5 worker 1 (UDP 50201)
     port 4  host 4 (10.0.0.4)  job 2 worker 0 (UDP 51000), job 3 worker 1 (UDP 50101)
+    port 5  host 5 (10.0.0.5)  the parent switch of job 6 (UDP 47000): this switch is a leaf
+            of job 6 and is worker 1 of job 6 there
+    port 2, 3                  job 6 workers 0, 1 (UDP 50300, 50301)
 
     job 1: 3 workers, pool slots 5..8   (pool_size 4), job_index 2, multicast group 7
     job 2: 1 worker,  pool slots 0..1   (pool_size 2), job_index 0, multicast group 8
     job 3: 2 workers, pool slots 16..23 (pool_size 8), job_index 5, multicast group 9
+    job 5: 3 workers, pool slots 24..27 (pool_size 4), job_index 6, multicast group 10: two
+           workers behind one port, so two replicas of a result leave by port 2
+    job 6: 2 workers, pool slots 32..35 (pool_size 4), job_index 7, multicast group 11,
+           parent_table entry: worker 1 of the parent on port 5
     forward_table: each host's MAC -> its port
 
 Add a trace by writing a function ``def name(b: TraceBuilder) -> dict[str, int]`` that sends
@@ -31,14 +39,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scapy.layers.inet import ICMP, IP, UDP, IPOption
 from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import ARP, Ether
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
 from ina.compressors.base import float_bits
 from ina.compressors.packing import Packing
 from ina.protocol import P4_LANES, UDP_PORT, Flag, Op
 from ina.scapy_layer import INA
-from ina.switch_model.tables import JobSpec, WorkerAddress
+from ina.switch_model.tables import JobSpec, ParentEntry, WorkerAddress
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 SEQ_MASK = 2**32 - 1
@@ -83,12 +91,12 @@ class Topology:
 
 
 def default_topology() -> Topology:
-    hosts = tuple(Host(f"h{i}", f"02:00:0a:00:00:{i:02x}", f"10.0.0.{i}", i) for i in range(1, 5))
+    hosts = tuple(Host(f"h{i}", f"02:00:0a:00:00:{i:02x}", f"10.0.0.{i}", i) for i in range(1, 6))
 
     def worker(job_id: int, worker_id: int, host: Host, udp_port: int) -> WorkerAddress:
         return WorkerAddress(job_id, worker_id, host.ip, udp_port, host.mac, host.port)
 
-    h1, h2, h3, h4 = hosts
+    h1, h2, h3, h4, h5 = hosts
     jobs = (
         JobSpec(
             job_id=1,
@@ -116,6 +124,25 @@ def default_topology() -> Topology:
             workers=(worker(3, 0, h1, 50100), worker(3, 1, h4, 50101)),
             job_index=5,
             mcast_grp=9,
+        ),
+        JobSpec(
+            job_id=5,
+            num_workers=3,
+            pool_base=24,
+            pool_size=4,
+            workers=(worker(5, 0, h2, 50200), worker(5, 1, h3, 50201), worker(5, 2, h2, 50202)),
+            job_index=6,
+            mcast_grp=10,
+        ),
+        JobSpec(
+            job_id=6,
+            num_workers=2,
+            pool_base=32,
+            pool_size=4,
+            workers=tuple(worker(6, w, h, 50300 + w) for w, h in enumerate((h2, h3))),
+            job_index=7,
+            mcast_grp=11,
+            parent=ParentEntry(6, 1, h5.ip, UDP_PORT, h5.mac, h5.port),
         ),
     )
     return Topology("02:00:0a:00:00:fe", "10.0.0.254", hosts, jobs)
@@ -436,6 +463,116 @@ def runs(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def hierarchical_leaf(b: TraceBuilder) -> dict[str, int]:
+    """This switch as a leaf of job 6 (docs/protocol.md, "Hierarchical aggregation"): the
+    run join and completed slots go UP to the parent (port 5) as its worker 1; duplicates
+    from the workers send them up again until the parent's RESULT comes down; that RESULT is
+    taken in once (multicast to the workers, then answered from the copy); a parent's
+    PENDING, a second RESULT or one for a copy not complete here is STALE; a RESULT for a
+    job without a parent is MALFORMED."""
+    spine = b.topo.job(6).parent
+    parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
+
+    def join(w: int, nonce: int, retx: bool = False) -> None:
+        b.ina(6, w, nonce, op=Op.JOIN, slot=0, flags=Flag.RETX if retx else 0)
+
+    def down(seq: int, flags: int, epoch: int, op: int = Op.SUM, worker: int = 0) -> None:
+        shadow = Flag.SHADOW if seq & b.topo.job(6).pool_size else 0
+        b.ina(
+            6,
+            worker,
+            seq,
+            op=op,
+            sender=parent,
+            flags=flags | shadow,
+            epoch=epoch,
+            exp=b.rng.randrange(256),
+            level=b.rng.randrange(256),
+            **({"slot": 0} if op == Op.JOIN else {}),
+        )
+
+    join(0, 0xA0)
+    join(1, 0xB1)  # the local join is complete: UP, as the parent's worker 1, nonce 0xB1
+    join(0, 0xA0, retx=True)  # the parent has not answered: UP again
+    down(0xEE, Flag.RESULT, 5, op=Op.JOIN)  # another leaf's nonce: ask again (UP)
+    down(0xB1, Flag.PENDING, 5, op=Op.JOIN)  # a PENDING: STALE
+    down(0xB1, Flag.RESULT, 5, op=Op.JOIN)  # our run: epoch 5, multicast to the workers
+    down(0xB1, Flag.RESULT, 5, op=Op.JOIN)  # again: STALE
+    join(1, 0xB1, retx=True)  # the stored answer, unicast
+    b.round(6, 0, epoch=5)  # complete here: the partial sum goes UP
+    b.ina(6, 1, 0, retx=True, epoch=5)  # the result has not come down: UP again
+    down(0, Flag.PENDING, 5)  # STALE
+    down(1, Flag.RESULT, 5)  # seq 1's copy is unused here: STALE
+    down(0, Flag.RESULT, 4)  # another run's: STALE
+    down(0, Flag.RESULT, 5)  # taken in: multicast to the workers
+    down(0, Flag.RESULT, 5)  # again: STALE
+    b.ina(6, 0, 0, retx=True, epoch=5)  # the parent's result, unicast from the copy
+    b.ina(6, 0, 1, epoch=5)
+    b.ina(6, 0, 1, retx=True, epoch=5)  # incomplete here: PENDING
+    down(1, Flag.RESULT, 5)  # not complete here: STALE
+    b.ina(6, 1, 1, epoch=5)  # complete: UP
+    down(1, Flag.RESULT, 5, op=Op.MAX, worker=3)  # any worker id of the parent's job
+    b.round(6, 4, epoch=5)  # seq 4: the slot's other copy, complete: UP
+    b.ina(1, 0, 0, flags=Flag.RESULT)  # job 1 has no parent: MALFORMED
+    join(1, 0xC2)  # a new run here: no new epoch until the parent answers
+    join(0, 0xD3)  # complete: UP with nonce 0xD3
+    down(0xB1, Flag.RESULT, 6, op=Op.JOIN)  # the old run's nonce: ask again (UP, 0xD3)
+    down(0xD3, Flag.RESULT, 6, op=Op.JOIN)  # epoch 6
+    b.ina(6, 0, 0, epoch=5)  # the old run: STALE
+    return {
+        "joins": 4,
+        "runs": 2,
+        "up_packets": 9,
+        "results": 2,
+        "duplicates": 7,
+        "retx_replies": 2,
+        "pending_replies": 1,
+        "drop_stale": 8,
+        "drop_malformed": 1,
+        "aggregated": 6,
+        "result_packets": 10,
+    }
+
+
+@trace
+def random_leaf_mix(b: TraceBuilder) -> dict[str, int]:
+    """300 seeded random packets for the leaf job 6: workers' contributions, duplicates and
+    JOINs near a moving window, and the parent's RESULTs and PENDINGs (data and JOIN) with
+    nonces, seqs and epochs that are right, stale or wrong; replays of earlier frames."""
+    spec = b.topo.job(6)
+    ps = spec.pool_size
+    spine = spec.parent
+    parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
+    nonces = (0x11, 0x22, 0x33, 0x44)
+    base = 0
+    history: list[tuple[int, bytes]] = []
+    for _ in range(300):
+        r = b.rng.random()
+        if history and r < 0.1:
+            b.frame(*b.rng.choice(history))
+            continue
+        seq = max(0, base + b.rng.randrange(-ps, 2 * ps))
+        ep = int(b.rng.random() < 0.1)  # mostly the run the parent answers with (0)
+        shadow = Flag.SHADOW if seq & ps else 0
+        extra = {"exp": b.rng.randrange(256), "level": b.rng.randrange(256)}
+        if r < 0.2:  # a worker's JOIN
+            b.ina(6, b.rng.randrange(2), b.rng.choice(nonces), op=Op.JOIN, slot=0, **extra)
+        elif r < 0.3:  # the parent's answer to a join
+            flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING))
+            b.ina(6, b.rng.randrange(4), b.rng.choice(nonces), op=Op.JOIN, slot=0,
+                  sender=parent, flags=flags, epoch=ep, **extra)  # fmt: skip
+        elif r < 0.55:  # the parent's reply for a slot
+            flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING)) | shadow
+            b.ina(6, b.rng.randrange(4), seq, sender=parent, flags=flags, epoch=ep, **extra)
+        else:  # a worker's contribution, sometimes a retransmission
+            b.ina(6, b.rng.randrange(2), seq, retx=b.rng.random() < 0.3, epoch=ep, **extra)
+        history.append(b.frames[-1])
+        if b.rng.random() < 0.2:
+            base += 1
+    return {}
+
+
+@trace
 def malformed(b: TraceBuilder) -> dict[str, int]:
     """Every MALFORMED kind: version, op, RESULT/PENDING flags, num_lanes, truncated and
     over-long datagrams, a UDP length that disagrees; all dropped and counted."""
@@ -535,6 +672,18 @@ def two_jobs_interleaved(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def shared_port_replicas(b: TraceBuilder) -> dict[str, int]:
+    """Job 5 has workers 0 and 2 behind port 2: every result leaves port 2 twice, and the
+    copies' order there is the replication engine's (BMv2: descending replica id, whatever
+    order the group was written in), seen by the workers as which one hears first."""
+    for seq in range(6):
+        b.round(5, seq)
+    b.ina(5, 2, 0, retx=True)  # a stored result by unicast, between the multicasts
+    b.round(5, 6)
+    return {"aggregated": 21, "results": 7, "result_packets": 22, "retx_replies": 1}
+
+
+@trace
 def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
     """Everything that is not INA goes through forward_table on the destination MAC, as it
     is; a miss (unknown MAC, broadcast, the switch's own MAC) drops it."""
@@ -565,6 +714,35 @@ def l2_forwarding(b: TraceBuilder) -> dict[str, int]:
     b.frame(4, eth(h4, h1) / IP(src=h4.ip, dst=h1.ip, proto=6) / Raw(bytes(20)))  # TCP
     b.frame(2, eth(h2, sw_mac) / IP(src=h2.ip, dst=sw_ip) / UDP(sport=1, dport=2))  # miss
     return {"packets_in": 0}
+
+
+@trace
+def vlan_tagged(b: TraceBuilder) -> dict[str, int]:
+    """802.1Q (and 802.1ad) tagged frames are not INA, whatever they carry: the parser takes
+    IPv4 only from ether_type 0x0800, so they go through forward_table and leave with their
+    tags. On veths the kernel takes the tag off every received frame: the switch (libpcap for
+    BMv2, `ina.packet_socket` for the model) and the harness must put it back."""
+    h1, h2, h3, h4 = (b.topo.host(f"h{i}") for i in range(1, 5))
+    w = b.topo.worker(1, 0)
+    ina = UDP(sport=w.udp_port, dport=UDP_PORT) / INA(worker_id=0, job_id=1, seq=0, lanes=b.lanes())
+    to_switch = IP(src=w.ip, dst=b.topo.switch_ip) / ina
+    sw = b.topo.switch_mac
+    b.frame(1, Ether(src=h1.mac, dst=sw) / Dot1Q(vlan=10) / to_switch)  # to the switch: miss
+    b.frame(1, Ether(src=h1.mac, dst=h2.mac) / Dot1Q(vlan=10) / to_switch)  # to host 2
+    b.frame(1, Ether(src=h1.mac, dst=h3.mac) / Dot1Q(vlan=0, prio=5) / to_switch)  # priority
+    b.frame(4, Ether(src=h4.mac, dst=h1.mac) / Dot1Q(vlan=4094) / IP(src=h4.ip, dst=h1.ip) / ICMP())
+    b.frame(
+        2,
+        Ether(src=h2.mac, dst=h4.mac)
+        / Dot1AD(vlan=100)
+        / Dot1Q(vlan=20)
+        / IP(src=h2.ip, dst=h4.ip)
+        / UDP(sport=40000, dport=40001)
+        / Raw(b"QinQ"),
+    )
+    b.frame(3, Ether(src=h3.mac, dst=h2.mac) / Dot1Q(vlan=7) / ARP(psrc=h3.ip, pdst=h2.ip))
+    b.round(1, 0)  # and untagged INA still aggregates
+    return {"packets_in": 3, "aggregated": 3, "results": 1}
 
 
 @trace

@@ -1,0 +1,572 @@
+"""`ina experiment dc2 --sim`: DC2 against no compression and every fixed level, in simulated
+time, for every workload x network scenario (issue 15).
+
+For each workload (``mnist1d``: a 1-D CNN to 96 % accuracy; ``pytext``: a character LSTM to
+2.3 bits per character) and each scenario (`ina.sim.scenario`: a small data file naming the
+links, the cross traffic, the delays and the compute profile), one `ina train --sim` run per
+method trains the same model from the same seed:
+
+* ``dense`` (no compression) and the fixed-level ladder (homomorphic top-k with error
+  feedback at densities 0.3 ... 0.003);
+* each DC2 law with ONE configuration used in every scenario (`DC2_DEFAULT`);
+* the **oracle bound** (`ina.experiments.regret`): the best level per steady state of the
+  scenario, switching for free. ``S(d)`` is the fixed run's steps to target (the same in every
+  scenario: fixed levels are deterministic in accuracy); ``t_s(d)``, the seconds per step in
+  state ``s``, comes from the fixed run itself in a steady scenario and from a short run held
+  in that state (``--timing-steps``) in a time-varying one.
+
+Every run stops at the workload's target (evaluated every ``--eval-every`` steps). Results:
+time to target in simulated seconds, the metric there, bytes sent. The runs are independent
+and deterministic, so they go in parallel over local processes or a Dask cluster
+(`ina.experiments.sweep.run_sweep`).
+
+Outputs in ``--out`` (default ``runs/dc2-sim``): each run's ``ina train`` files
+(``WORKLOAD/SCENARIO/METHOD/``, state runs under ``state-STATE/``), ``results.csv`` (one row
+per run), ``summary.md`` (tables, regret, oracle, goals met or not, the command) and the plots
+``dc2sim_accuracy_WORKLOAD.png``, ``dc2sim_level.png``, ``dc2sim_regret.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ina.experiments import regret as rg
+from ina.experiments.dc2 import Config, output_to, parse_configs
+
+# ONE configuration per law, used in every scenario and workload (no per-scenario tuning).
+# The signal is the queueing delay the workers see (srtt - base RTT of their chunks). An
+# absolute bound of 0.5 ms: the time of a byte-bound step is compute plus queueing, so a
+# queue of about half a (1 ms) step is where sending fewer bytes starts to pay for the steps
+# it costs (docs/dc2.md, "DC2 in simulated time"). Floor 0.003: the hardest rung of the
+# ladder that still reaches the targets. The target law with gain 1 and steps of up to 8x:
+# the queue a step builds is proportional to its bytes, so one step of ln(q / target) lands
+# on the target (a first try with the law's gain 0.5 and 2x steps took 4-5 steps, 15-20 ms,
+# to come down at the start of an episode and as long to come back up after it).
+DC2_DEFAULT = {
+    "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
+    "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
+}
+LADDER = (0.3, 0.1, 0.03, 0.01, 0.003)
+WORKLOADS = {"mnist1d": "mnist1d", "pytext": "pytext"}
+
+SHORT = {
+    "workloads": "mnist1d",
+    "scenarios": "quiet-dc,slow,episodes",
+    "levels": "0.1,0.03,0.01,0.003",  # 0.3: 75-82 % of dense's bytes (docs/dc2.md), --long
+}
+LONG = {
+    "workloads": "mnist1d,pytext",
+    "scenarios": None,  # every shipped scenario
+    "levels": ",".join(f"{d:g}" for d in LADDER),
+}
+CONGESTED = ("persistent", "episodes", "high", "trace")  # goal 3: "under congestion"
+
+# Goals (issue 15).
+GOAL_REGRET = 1.15  # DC2 within 1.15x of the best fixed level in every scenario
+GOAL_FIXED_REGRET = 1.5  # every fixed level >= 1.5x slower than the best somewhere
+GOAL_ORACLE_ALLOWS = 1.3  # where the oracle allows >= 1.3x over the best fixed level ...
+GOAL_VS_BEST_FIXED = 1.2  # ... DC2 >= 1.2x faster than the best fixed level
+GOAL_CAPTURE = 0.8  # ... and captures >= 80 % of the oracle's gain
+GOAL_VS_DENSE = 5.0  # under congestion: >= 5x faster than dense
+GOAL_ACC_PP = 0.5  # ... accuracy within 0.5 pp (bits/char within 1 %)
+GOAL_BPC_REL = 0.01
+
+
+def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``--sim`` (the others of `ina experiment dc2` are the wall-clock run's)."""
+    from ina.experiments.sweep import add_sweep_arguments
+
+    g = p.add_argument_group("in simulated time (--sim)")
+    g.add_argument("--sim", action="store_true", help="the study in simulated time (issue 15)")
+    g.add_argument(
+        "--workloads", help=f"mnist1d, pytext (default {SHORT['workloads']}; --long: both)"
+    )
+    g.add_argument(
+        "--scenarios",
+        help=f"scenario names or files (default {SHORT['scenarios']}; --long: every shipped one)",
+    )
+    g.add_argument("--levels", help="fixed densities (dense always runs)")
+    g.add_argument(
+        "--laws",
+        default=",".join(DC2_DEFAULT),
+        help="DC2 laws, each with its one default configuration (DC2_DEFAULT)",
+    )
+    g.add_argument(
+        "--targets",
+        default="",
+        metavar="WORKLOAD=VALUE,...",
+        help="targets other than the workloads' own (mnist1d 0.96 accuracy, pytext 2.3 bits "
+        "per character)",
+    )
+    g.add_argument(
+        "--timing-steps",
+        type=int,
+        default=40,
+        help="steps of each run held in one state of a time-varying scenario (oracle)",
+    )
+    add_sweep_arguments(g)
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the preset; validate (ValueError: a one-line reason)."""
+    from ina.sim.scenario import load_scenario, names
+
+    preset = LONG if args.long else SHORT
+    args.workloads = args.workloads or preset["workloads"]
+    args.scenarios = args.scenarios or preset["scenarios"] or ",".join(names())
+    args.levels = args.levels or preset["levels"]
+    args.workload_list = _split(args.workloads)
+    for w in args.workload_list:
+        if w not in WORKLOADS:
+            raise ValueError(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+    args.scenario_list = _split(args.scenarios)
+    for s in args.scenario_list:
+        load_scenario(s)  # a one-line error for a bad file
+    try:
+        levels = sorted({float(x) for x in _split(args.levels)}, reverse=True)
+    except ValueError:
+        raise ValueError(f"--levels takes densities, got {args.levels!r}") from None
+    laws = _split(args.laws)
+    unknown = [law for law in laws if law not in DC2_DEFAULT]
+    if unknown:
+        raise ValueError(f"unknown law(s) {unknown}; known: {', '.join(DC2_DEFAULT)}")
+    args.target_map = {}
+    for item in _split(args.targets):
+        w, eq, value = item.partition("=")
+        try:
+            if w not in WORKLOADS or not eq:
+                raise ValueError
+            args.target_map[w] = float(value)
+        except ValueError:
+            raise ValueError(f"--targets takes WORKLOAD=VALUE, got {item!r}") from None
+    args.config_list = parse_configs(
+        ",".join(["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT[x] for x in laws)])
+    )
+    if args.timing_steps < 5:
+        raise ValueError("--timing-steps must be >= 5 (2 warm-up steps are left out)")
+    args.out = args.out or "runs/dc2-sim"
+    args.eval_every = args.eval_every or 25
+    args.pool = args.pool or 128
+    return args
+
+
+def _split(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def label(cfg: Config) -> str:
+    return f"DC2 {cfg.law}" if cfg.kind == "dc2" else cfg.label
+
+
+# ---- one run (a module-level function: run_sweep ships it to processes by name) ------------
+
+
+def run_job(job: dict) -> dict:
+    """One simulated training run; returns its row (``error`` set if it failed)."""
+    from ina.sim import train as sim_train
+    from ina.sim.scenario import load_scenario
+    from ina.train import cli as train_cli
+
+    where = Path(job["dir"])
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    parser = argparse.ArgumentParser(prog="ina train")
+    train_cli.add_arguments(parser)
+    argv = job["argv"] + ["--out", str(where)]
+    (where / "argv.json").write_text(json.dumps({**job, "argv": argv}))
+    t0 = time.perf_counter()
+    row = {k: job[k] for k in ("workload", "scenario", "state", "config", "fraction")}
+    try:
+        with output_to(where / "train.log"):
+            targs = parser.parse_args(argv)
+            train_cli.validate(targs)
+            scenario = load_scenario(job["scenario"])
+            if job["state"]:
+                scenario = {s.name: s for s in scenario.states()}[job["state"]].scenario
+            models = train_cli.scenario_models(targs, scenario)
+            config = train_cli.make_config(targs, where, None)
+            sim_train.main(targs, config, *models)
+    except Exception as e:
+        (where / "error.txt").write_text(traceback.format_exc())
+        return {**row, "error": f"{type(e).__name__}: {e}".splitlines()[0]}
+    return {**row, **summarize(where), "wall_s": time.perf_counter() - t0, "error": ""}
+
+
+def summarize(where: Path) -> dict:
+    """What the tables need from one finished run's files."""
+    r = json.loads((where / "result.json").read_text())
+    steps = _read_steps(where)
+    typical = steps[2:] or steps  # the dense warm-up step and the first are not typical
+    n = max(r["steps"], 1)
+    return {
+        "metric": r["metric"],
+        "steps": r["steps"],
+        "sim_s": r["sim_seconds"],
+        "time_to_target_s": r["time_to_target_s"] if r["time_to_target_s"] is not None else "",
+        "reached": int(r["time_to_target_s"] is not None),
+        "final_metric": r["final_metric"],
+        "bytes_per_worker": r["bytes_sent_per_worker"][0],
+        "kb_per_step": r["bytes_sent_per_worker"][0] / n / 1e3,
+        "step_s": statistics.fmean(s["step_s"] for s in typical) if typical else math.nan,
+        "mean_density": statistics.fmean(s["density"] for s in steps) if steps else math.nan,
+        "retransmissions": sum(r["retransmissions_per_worker"]),
+    }
+
+
+def _read_steps(where: Path) -> list[dict]:
+    path = where / "steps.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [
+            {k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()}
+            for row in csv.DictReader(f)
+        ]
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+
+def _argv(args, workload: str, cfg: Config, target: bool, max_steps: int) -> list[str]:
+    argv = [
+        "--sim", "--dataset", workload, "--scenario", "{scenario}", "--seed", str(args.seed),
+        "--lanes", str(args.lanes), "--pool", str(args.pool), "--coding", args.coding,
+        "--epochs", "1000", "--max-steps", str(max_steps), "--step-log", "--no-progress",
+        *cfg.train_args(),
+    ]  # fmt: skip
+    if target:
+        argv += ["--eval-every", str(args.eval_every), "--target"]
+        if workload in args.target_map:
+            argv.append(repr(args.target_map[workload]))
+    return argv
+
+
+def plan(args: argparse.Namespace) -> list[dict]:
+    """Every run: the matrix, then the per-state timing runs of the time-varying scenarios
+    (once per distinct state: the quiet state of every episodes scenario is the same)."""
+    from ina.sim.scenario import load_scenario
+
+    out = Path(args.out)
+    jobs, seen = [], set()
+    max_steps = args.max_steps or 4000
+    for w in args.workload_list:
+        for name in args.scenario_list:
+            sc = load_scenario(name)
+            for cfg in args.config_list:
+                argv = [a.replace("{scenario}", name) for a in _argv(args, w, cfg, True, max_steps)]
+                jobs.append({"workload": w, "scenario": name, "state": "", "fraction": 1.0,
+                             "config": cfg.spec, "argv": argv,
+                             "dir": str(out / w / sc.name / cfg.slug)})  # fmt: skip
+            states = sc.states()
+            if len(states) < 2:
+                continue
+            for st in states:
+                for cfg in args.config_list:
+                    if cfg.kind == "dc2":
+                        continue
+                    key = (w, cfg.spec, repr(st.scenario.network()), st.scenario.compute)
+                    first = key not in seen
+                    seen.add(key)
+                    argv = [a.replace("{scenario}", name)
+                            for a in _argv(args, w, cfg, False, args.timing_steps)]  # fmt: skip
+                    jobs.append({"workload": w, "scenario": name, "state": st.name,
+                                 "fraction": st.fraction, "config": cfg.spec, "argv": argv,
+                                 "same_as": "" if first else repr(key),
+                                 "dir": str(out / w / sc.name / f"state-{_slug(st.name)}"
+                                            / cfg.slug)})  # fmt: skip
+    return jobs
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
+
+
+def run_plan(jobs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """Run every job not a duplicate of another's state run; duplicates copy its row."""
+    from ina.experiments.sweep import run_sweep
+
+    todo = [j for j in jobs if not j.get("same_as")]
+    rows = run_sweep(run_job, todo, parallel=args.parallel, cluster=args.cluster)
+    keyed = {_state_key(j): r for j, r in zip(todo, rows, strict=True) if j["state"]}
+    out, it = [], iter(rows)
+    for j in jobs:
+        if j.get("same_as"):
+            out.append({**keyed[_state_key(j)], "scenario": j["scenario"], "state": j["state"],
+                        "fraction": j["fraction"]})  # fmt: skip
+        else:
+            out.append(next(it))
+    return out
+
+
+def _state_key(job: dict) -> tuple:
+    from ina.sim.scenario import load_scenario
+
+    st = {s.name: s for s in load_scenario(job["scenario"]).states()}[job["state"]]
+    return (job["workload"], job["config"], repr(st.scenario.network()), st.scenario.compute)
+
+
+# ---- analysis -------------------------------------------------------------------------------
+
+
+def _t(row: dict) -> float:
+    t = row.get("time_to_target_s", "")
+    return float(t) if t not in ("", None) else math.nan
+
+
+def analyse(rows: list[dict], configs: list[Config]) -> dict:
+    """Per workload and scenario: each method's time, regret, the oracle; the goals."""
+    fixed = [c for c in configs if c.kind in ("dense", "fixed")]
+    out: dict = {}
+    for r in rows:
+        if r.get("error") or r["state"]:
+            continue
+        out.setdefault(r["workload"], {}).setdefault(r["scenario"], {})[r["config"]] = r
+    table: dict = {}
+    for w, scenarios in out.items():
+        for name, runs in scenarios.items():
+            times = {spec: _t(run) for spec, run in runs.items()}
+            reg = rg.regret(times, [c.spec for c in fixed if c.spec in times])
+            steps = {
+                c.spec: (runs[c.spec]["steps"] if runs[c.spec]["reached"] else math.nan)
+                for c in fixed
+                if c.spec in runs
+            }
+            states = [r for r in rows if r["workload"] == w and r["scenario"] == name
+                      and r["state"] and not r.get("error")]  # fmt: skip
+            if states:
+                fractions = {r["state"]: r["fraction"] for r in states}
+                step_s = {s: {} for s in fractions}
+                for r in states:
+                    step_s[r["state"]][r["config"]] = r["step_s"]
+                steps = {d: s for d, s in steps.items() if all(d in v for v in step_s.values())}
+            else:  # steady: the runs themselves (time to target / steps)
+                fractions = {"steady": 1.0}
+                step_s = {"steady": {d: times[d] / steps[d] for d in steps if steps[d] > 0}}
+                steps = {d: s for d, s in steps.items() if d in step_s["steady"]}
+            t_star, best_per_state = rg.oracle_time(steps, step_s, fractions)
+            model = rg.fixed_times(steps, step_s, fractions)
+            best_model = min(model.values(), default=math.inf)
+            reached_fixed = {s: t for s, t in times.items() if s in steps and not math.isnan(t)}
+            best_spec = min(reached_fixed, key=reached_fixed.get) if reached_fixed else ""
+            table.setdefault(w, {})[name] = {
+                "runs": runs,
+                "times": times,
+                "regret": reg,
+                "best_fixed": best_spec,
+                "oracle_s": t_star,
+                "oracle_levels": best_per_state,
+                "oracle_gain": best_model / t_star if t_star > 0 else math.nan,
+                "model_times": model,
+                "states": fractions,
+            }
+    return table
+
+
+def goals(table: dict, configs: list[Config]) -> list[tuple[str, bool | None, str]]:
+    """(goal, met (None: not applicable), the numbers) for each goal and workload."""
+    out = []
+    laws = [c for c in configs if c.kind == "dc2"]
+    fixed = [c for c in configs if c.kind in ("dense", "fixed")]
+    for w, scenarios in table.items():
+        reg = {name: e["regret"] for name, e in scenarios.items()}
+        for law in laws:
+            worst, where = rg.worst_regret(reg, law.spec)
+            out.append((f"{w}: {label(law)} within {GOAL_REGRET}x of the best fixed level in "
+                        f"every scenario", worst <= GOAL_REGRET,
+                        f"worst {worst:.3f}x ({where})"))  # fmt: skip
+        for c in fixed:
+            worst, where = rg.worst_regret(reg, c.spec)
+            out.append((f"{w}: {label(c)} >= {GOAL_FIXED_REGRET}x slower than the best "
+                        "somewhere", worst >= GOAL_FIXED_REGRET,
+                        f"worst {worst:.3f}x ({where})"))  # fmt: skip
+        for name, e in scenarios.items():
+            if len(e["states"]) < 2:
+                continue
+            best_t = e["times"].get(e["best_fixed"], math.nan)
+            for law in laws:
+                t = e["times"].get(law.spec, math.nan)
+                speed = best_t / t if t > 0 else math.nan
+                cap = rg.oracle_capture(best_t, t if not math.isnan(t) else math.inf,
+                                        best_t / e["oracle_gain"])  # fmt: skip
+                nums = (f"oracle allows {e['oracle_gain']:.2f}x; {label(law)} {speed:.2f}x vs "
+                        f"best fixed, captures {_pct(cap)} of the oracle's gain")  # fmt: skip
+                if e["oracle_gain"] >= GOAL_ORACLE_ALLOWS:
+                    met = speed >= GOAL_VS_BEST_FIXED and cap >= GOAL_CAPTURE
+                else:
+                    met = None
+                out.append((f"{w}/{name}: time-varying congestion", met, nums))
+        for name, e in scenarios.items():
+            if name.split("-")[0] not in CONGESTED:
+                continue
+            dense = e["runs"].get("dense")
+            for law in laws:
+                run = e["runs"].get(law.spec)
+                if not dense or not run:
+                    continue
+                t, td = e["times"][law.spec], e["times"]["dense"]
+                speed = td / t if t > 0 else math.nan
+                if run["metric"] == "test_acc":
+                    diff = 100 * (run["final_metric"] - dense["final_metric"])
+                    ok_acc, acc = diff >= -GOAL_ACC_PP, f"{diff:+.2f} pp"
+                else:
+                    rel = run["final_metric"] / dense["final_metric"] - 1
+                    ok_acc, acc = rel <= GOAL_BPC_REL, f"bits/char {100 * rel:+.2f} %"
+                out.append((f"{w}/{name}: {label(law)} >= {GOAL_VS_DENSE}x faster than dense, "
+                            "metric within bounds", speed >= GOAL_VS_DENSE and ok_acc,
+                            f"{speed:.2f}x, {acc}"))  # fmt: skip
+    return out
+
+
+def _pct(x: float) -> str:
+    return "–" if math.isnan(x) else f"{100 * x:.0f} %"
+
+
+def _s(t: float) -> str:
+    return "not reached" if math.isnan(t) or math.isinf(t) else f"{t:.3f} s"
+
+
+def _x(x: float) -> str:
+    return "–" if math.isnan(x) else ("∞" if math.isinf(x) else f"{x:.2f}x")
+
+
+def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: float) -> str:
+    from ina.sim.scenario import load_scenario
+    from ina.train.workloads import resolve as resolve_workload
+
+    lines = [
+        f"# DC2 in simulated time ({'long' if args.long else 'short'} run)",
+        "",
+        f"Command: `{args.command}`; seed {args.seed}; {args.lanes} lanes, pool {args.pool}, "
+        f"coding `{args.coding}`; evaluation every {args.eval_every} steps; experiment wall "
+        f"time {wall_s / 60:.1f} min. DC2 configurations (the same everywhere): "
+        + "; ".join(f"`{c.spec}`" for c in configs if c.kind == "dc2")
+        + ".",
+        "",
+    ]
+    for w, scenarios in table.items():
+        wl = resolve_workload(w)
+        target = args.target_map.get(w, wl.default_target)
+        lines += [f"## {w} ({wl.model}), target {wl.metric.format(target)}", ""]
+        lines += [
+            "| scenario | "
+            + " | ".join(label(c) for c in configs)
+            + " | oracle | oracle vs best fixed |",
+            "|---|" + "---|" * (len(configs) + 2),
+        ]
+        for name, e in scenarios.items():
+            cells = []
+            for c in configs:
+                t, r = e["times"].get(c.spec, math.nan), e["regret"].get(c.spec, math.nan)
+                cells.append(f"{_s(t)} ({_x(r)})" if not math.isnan(t) else "not reached")
+            lines.append(f"| {name} | " + " | ".join(cells)
+                         + f" | {_s(e['oracle_s'])} | {_x(e['oracle_gain'])} |")  # fmt: skip
+        lines += ["", "Time to target, simulated (regret: over the best fixed level of the "
+                  "scenario, in hindsight). Final metric, kB sent per step per worker, mean "
+                  "density:", ""]  # fmt: skip
+        lines += ["| scenario | " + " | ".join(label(c) for c in configs) + " |",
+                  "|---|" + "---|" * len(configs)]  # fmt: skip
+        for name, e in scenarios.items():
+            cells = []
+            for c in configs:
+                run = e["runs"].get(c.spec)
+                cells.append("–" if not run else f"{wl.metric.format(run['final_metric'])}, "
+                             f"{run['kb_per_step']:.1f} kB, d {run['mean_density']:.3g}")  # fmt: skip
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "Oracle: states, their share of time and the best level in each:", ""]
+        for name, e in scenarios.items():
+            states = ", ".join(f"{s} {100 * f:.0f} % -> {e['oracle_levels'].get(s)}"
+                               for s, f in e["states"].items())  # fmt: skip
+            lines.append(f"- {name} ({load_scenario(name).description}): {states}")
+        lines.append("")
+    lines += ["## Goals", ""]
+    for goal, met, nums in goal_rows:
+        verdict = "n/a (the oracle allows less than 1.3x)" if met is None else (
+            "**met**" if met else "**not met**")  # fmt: skip
+        lines.append(f"- {goal}: {nums}: {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+RESULT_FIELDS = (
+    "workload", "scenario", "state", "fraction", "config", "metric", "steps", "sim_s",
+    "time_to_target_s", "reached", "final_metric", "bytes_per_worker", "kb_per_step", "step_s",
+    "mean_density", "retransmissions", "wall_s", "error",
+)  # fmt: skip
+
+
+def write_results(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RESULT_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def read_results(path: Path) -> list[dict]:
+    ints = {"steps", "reached", "bytes_per_worker", "retransmissions"}
+    floats = {"fraction", "sim_s", "final_metric", "kb_per_step", "step_s", "mean_density",
+              "wall_s"}  # fmt: skip
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for k in ints & row.keys():
+                row[k] = int(row[k]) if row[k] else 0
+            for k in floats & row.keys():
+                row[k] = float(row[k]) if row[k] else math.nan
+            rows.append(row)
+    return rows
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        args = resolve(args)
+    except ValueError as e:
+        print(f"ina experiment dc2 --sim: {e}", file=sys.stderr)
+        return 2
+    args.command = "ina experiment dc2 " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.replot and (out / "command.txt").exists():
+        args.command = (out / "command.txt").read_text().strip()  # the command that ran
+    elif not args.replot:
+        (out / "command.txt").write_text(args.command + "\n")
+    t0 = time.monotonic()
+    if args.replot:
+        rows = read_results(out / "results.csv")
+        wall = float((out / "wall_seconds.txt").read_text())
+        # the configurations that ran (the defaults may have changed since)
+        args.config_list = parse_configs(",".join(dict.fromkeys(r["config"] for r in rows)))
+    else:
+        jobs = plan(args)
+        print(f"ina experiment dc2 --sim: {len(jobs)} runs ({sum(1 for j in jobs if j.get('same_as'))}"
+              f" shared), {args.parallel} at a time, into {out}", flush=True)  # fmt: skip
+        rows = run_plan(jobs, args)
+        wall = time.monotonic() - t0
+        (out / "wall_seconds.txt").write_text(f"{wall:.1f}\n")
+        write_results(rows, out / "results.csv")
+    failed = [r for r in rows if r.get("error")]
+    table = analyse(rows, args.config_list)
+    goal_rows = goals(table, args.config_list)
+    md = markdown(table, goal_rows, args.config_list, args, wall)
+    (out / "summary.md").write_text(md)
+    from ina.experiments.dc2_sim_plots import plot_all
+
+    pngs = plot_all(rows, table, args, out)
+    print("\n" + md)
+    print(f"written: {out / 'results.csv'}, {out / 'summary.md'}, " + ", ".join(map(str, pngs)))
+    for r in failed:
+        print(f"FAILED {r['workload']}/{r['scenario']}/{r['state']}/{r['config']}: {r['error']}",
+              file=sys.stderr)  # fmt: skip
+    return 1 if failed else 0

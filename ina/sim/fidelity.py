@@ -1,0 +1,178 @@
+"""`ina sim fidelity`: the fast engine against the ns-3 backend on shared scenarios.
+
+Each scenario runs the same allreduce (`ina.sim.allreduce.run`: same tensors, same workers,
+same switch) on both backends and compares the step time (one allreduce call, the mean over
+calls) and the mean queueing delay of the INA packets (their one-way delay beyond an
+unloaded path, per direction). Scenarios: the worker ports as the bottleneck, lossless; the
+same with TCP cross traffic through the switch's ports in episodes; the same with random loss.
+
+Cross traffic differs in kind between the backends: ns-3 runs real TCP flows (BulkSend)
+while an episode is on; the fast engine takes a ``share`` of the rate away for the episode.
+So the ns-3 run goes first and the fast engine gets the share that TCP left the INA traffic
+there (measured from the bytes ns-3's TCP sinks received while episodes were on): the
+comparison asks whether the fast engine's abstraction, given the right share, reproduces
+the packet-level step time and queueing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+from ina.sim import allreduce as sim_allreduce
+from ina.sim.network import LinkSpec, NetworkSpec, capacity_model
+
+TCP_WIRE = (1448 + 52 + 2) / 1448  # a TCP segment's bytes on the wire per byte of payload
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--size", type=float, default=200_000, help="float32 values per tensor")
+    p.add_argument("--iters", type=int, default=2, help="allreduce calls per scenario")
+    p.add_argument("--link-rate", default="10G")
+    p.add_argument("--prop-delay", default="5us")
+    p.add_argument("--buffer", default="200KB", help="port buffer per direction")
+    p.add_argument("--loss", type=float, default=0.001, help="loss of the lossy scenario")
+    p.add_argument(
+        "--episodes",
+        default="episodes:on_s=400e-6:off_s=50e-6:fixed=1",
+        help="cross traffic schedule on the downlinks (the switch's ports)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="runs per scenario and backend (seeds SEED..SEED+N-1), averaged: random loss "
+        "draws differ between the backends, so only their means can agree",
+    )
+
+
+def scenarios(args) -> dict[str, NetworkSpec]:
+    from ina.sim import units
+
+    link = LinkSpec(
+        rate_bps=units.rate(args.link_rate),
+        prop_delay_s=units.seconds(args.prop_delay),
+        buffer_bytes=units.size(args.buffer),
+    )
+    base = NetworkSpec(
+        workers=args.workers,
+        up=link,
+        down=link,
+        lanes=256,
+        pool_size=64,
+        seed=args.seed,
+        # timers for a microsecond fabric: a loss costs about a round trip, not 20 ms
+        rto_s=1e-3,
+        min_rto_s=200e-6,
+    )
+    return {
+        "bottleneck": base,
+        "bottleneck + TCP": replace(base, down=replace(link, capacity=args.episodes)),
+        f"loss {args.loss:g}": base.with_links(loss=args.loss),
+    }
+
+
+def tcp_share(spec: NetworkSpec, ns3_result: dict, cross_bytes: int) -> float:
+    """The share of each downlink that ns-3's TCP flows left to the INA traffic while their
+    episodes were on (the fast engine's ``share``)."""
+    end = ns3_result["sim_seconds"]
+    starts, ends = capacity_model(spec.down.capacity, spec.seed).episodes_until(end)
+    on = float(np.clip(np.minimum(ends, end) - starts, 0, None).sum())
+    if on <= 0:
+        return 1.0
+    tcp_rate = cross_bytes * TCP_WIRE * 8 / (on * spec.workers)
+    return float(min(max(1 - tcp_rate / spec.down.rate_bps, 0.01), 1.0))
+
+
+def compare(args) -> list[dict]:
+    from ina.sim import ns3net
+
+    rows = []
+    for name in scenarios(args):
+        runs: dict[str, list[dict]] = {"ns-3": [], "fast": []}
+        shares = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            spec = scenarios(argparse.Namespace(**{**vars(args), "seed": seed}))[name]
+            ns3 = sim_allreduce.run(
+                replace(spec, backend="ns3"), int(args.size), args.iters, seed=seed
+            )
+            fast_spec = spec
+            if spec.down.capacity:
+                shares.append(tcp_share(spec, ns3, int(ns3net.load().CrossBytes())))
+                capacity = f"{spec.down.capacity}:share={shares[-1]:.4f}"
+                fast_spec = replace(spec, down=replace(spec.down, capacity=capacity))
+            runs["ns-3"].append(ns3)
+            runs["fast"].append(sim_allreduce.run(fast_spec, int(args.size), args.iters, seed=seed))
+        for backend, rs in runs.items():
+            rows.append(
+                {
+                    "scenario": name,
+                    "backend": backend,
+                    "share": float(np.mean(shares)) if shares else None,
+                    "step_s": float(np.mean([np.mean(r["call_seconds"]) for r in rs])),
+                    "queue_up_s": float(np.mean([r["queue_delay_up_s"] for r in rs])),
+                    "queue_down_s": float(np.mean([r["queue_delay_down_s"] for r in rs])),
+                    "retransmissions": int(sum(r["retransmissions"] for r in rs)),
+                    "exact": all(r["exact"] for r in rs),
+                    "wall_s": float(sum(r["wall_seconds"] for r in rs)),
+                }
+            )
+    return rows
+
+
+def _diff(a: float, b: float) -> str:
+    if max(a, b) < 1e-9:  # both below a nanosecond: nothing queued
+        return "-"
+    return f"{(b - a) / a * 100:+.1f} %" if a else "-"
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        "| scenario | backend | step us | queueing up us | queueing down us | retx | exact "
+        "| wall s |"
+    )
+    print("|---|---|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        note = (
+            f" (share {r['share']:.3f})"
+            if r["share"] is not None and r["backend"] == "fast"
+            else ""
+        )
+        print(
+            f"| {r['scenario']} | {r['backend']}{note} | {r['step_s'] * 1e6:.2f} | "
+            f"{r['queue_up_s'] * 1e6:.3f} | {r['queue_down_s'] * 1e6:.3f} | "
+            f"{r['retransmissions']} | {'yes' if r['exact'] else 'NO'} | {r['wall_s']:.1f} |"
+        )
+    print()
+    print("| scenario | step: fast vs ns-3 | queueing up | queueing down |")
+    print("|---|---:|---:|---:|")
+    for ns3, fast in zip(rows[::2], rows[1::2], strict=True):
+        print(
+            f"| {ns3['scenario']} | {_diff(ns3['step_s'], fast['step_s'])} | "
+            f"{_diff(ns3['queue_up_s'], fast['queue_up_s'])} | "
+            f"{_diff(ns3['queue_down_s'], fast['queue_down_s'])} |"
+        )
+
+
+def main(args: argparse.Namespace) -> int:
+    from ina.sim import ns3net
+
+    why = ns3net.unavailable()
+    if why:
+        print(f"ina sim fidelity: the ns-3 backend is unavailable: {why}", file=sys.stderr)
+        return 2
+    try:
+        if args.size < 1 or args.iters < 1 or args.seeds < 1 or not 0 <= args.loss < 1:
+            raise ValueError("--size, --iters and --seeds must be >= 1, --loss in [0, 1)")
+        scenarios(args)
+    except ValueError as e:
+        print(f"ina sim fidelity: {e}", file=sys.stderr)
+        return 2
+    rows = compare(args)
+    print_table(rows)
+    return 0 if all(r["exact"] for r in rows) else 1

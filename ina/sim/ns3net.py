@@ -1,0 +1,366 @@
+"""The packet-level fidelity backend: the same workers and switch over ns-3's network.
+
+`build` wires the network of a `NetworkSpec` as `ina.sim.network.build` does, with the same
+`WorkerNode` (the sans-I/O `TransportCore` and its program) and the same `SwitchNode` (the
+switch model's `Pipeline`), but the links are ns-3's (PyPI ``ns3``, the simulator with
+cppyy bindings), and so is the clock (`Ns3Engine`):
+
+- each worker is an ns-3 node joined to the switch node by a point-to-point link: each
+  direction its own rate, the propagation delay, a device queue of ``buffer_bytes`` with tail
+  drop (no queue disc: the device queue is the port buffer) and a receive error model for
+  ``loss``; INA datagrams travel over UDP/IPv4 between real ns-3 sockets;
+- cross traffic is ns-3's TCP: for every direction whose `LinkSpec` has ``capacity``
+  episodes, a `BulkSend` flow runs through that direction's queue while an episode is on
+  (worker to a sink behind the switch, or a source behind the switch to the worker), with
+  the episodes' own schedule (`ina.netem.CapacityEpisodes`); the bandwidth it takes is
+  whatever TCP takes, not the episodes' ``share`` (the fast engine's abstraction of it);
+- frames on the wire have the fast engine's size (see ``ns3_glue.cpp``), so an unloaded
+  path takes the same time in both.
+
+The C++ seam is ``ns3_glue.cpp``, compiled once per process. ns-3's simulator is one
+global object: one ns-3 network at a time per process (`build` tears the previous one down).
+Only the ns-3 modules the backend uses are loaded (``ns.py``'s own loader loads every
+module: ~50 s here against ~10 s).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ina.host.transport_core import TransportCore
+from ina.netem import CapacityEpisodes, parse_profile
+from ina.protocol import FRAME_OVERHEAD, packet_bytes
+from ina.sim.engine import Engine
+from ina.sim.network import JOB_ID, LinkSpec, NetworkSpec, SimNetwork, capacity_model
+from ina.sim.nodes import SwitchNode, WorkerNode
+from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.run import install_job_spec
+from ina.switch_model.tables import local_job
+
+MODULES = ("core", "network", "stats", "bridge", "traffic-control", "internet")
+MODULES += ("point-to-point", "applications")
+INA_PORT = 9000  # the switch's and the workers' UDP port inside the ns-3 network
+CROSS_PORT = 5001  # TCP sinks of the cross traffic
+NS3_OVERHEAD = 2 + 20 + 8  # PPP + IPv4 + UDP: the rest of FRAME_OVERHEAD is the trailer
+
+_glue = None  # the loaded C++ namespace (ina_ns3), once per process
+
+
+def unavailable() -> str | None:
+    """Why the backend cannot run here (None: it can)."""
+    if importlib.util.find_spec("ns3") is None:
+        return "the ns3 package is not installed (pip install 'ina[ns3]')"
+    if importlib.util.find_spec("cppyy") is None:
+        return "cppyy (ns3's bindings) is not installed"
+    return None
+
+
+def load():
+    """Load ns-3 (the modules the backend needs) and the glue; the glue's namespace."""
+    global _glue
+    if _glue is not None:
+        return _glue
+    why = unavailable()
+    if why:
+        raise RuntimeError(f"the ns-3 backend is unavailable: {why}")
+    import cppyy
+
+    prefix = Path(next(iter(importlib.util.find_spec("ns3").submodule_search_locations)))
+    libdirs = [d for d in (prefix / "lib64", prefix / "lib") if d.is_dir()]
+    cppyy.add_include_path(str(prefix / "include"))
+    # libraries first, then headers: the other order leaves static initializers unresolved
+    for module in MODULES:
+        found = [f for d in libdirs for f in glob.glob(str(d / f"libns3*-{module}.so"))]
+        if not found:
+            raise RuntimeError(f"the ns-3 backend is unavailable: no ns-3 library {module!r}")
+        cppyy.load_library(found[0])
+    for module in MODULES:
+        cppyy.include(f"ns3/{module}-module.h")
+    cppyy.cppdef((Path(__file__).parent / "ns3_glue.cpp").read_text())
+    _glue = cppyy.gbl.ina_ns3
+    return _glue
+
+
+def _ticks(t: float) -> int:
+    """Seconds to ns-3 time steps (nanoseconds, ns-3's default resolution), rounded up so
+    that no event runs before the time it was asked for."""
+    return math.ceil(t * 1e9 - 1e-6)
+
+
+class Ns3Engine(Engine):
+    """ns-3's scheduler behind `Engine`: each `at` is an ns-3 event calling back into Python.
+
+    ``now`` is the time an event was scheduled for, exactly (as `SimPyEngine`), or a packet's
+    arrival time in ns-3's nanoseconds; the two may differ by less than a nanosecond within
+    one ns-3 time step, which `at` tolerates."""
+
+    def __init__(self, glue) -> None:
+        self.glue = glue
+        self._now = 0.0
+        self._pending: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._next_id = 0
+        self._stopped = False
+        self.events = 0
+        glue.fire = self._fire
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        if t < self._now - 1e-9:
+            raise ValueError(f"cannot schedule at {t} before now ({self._now})")
+        self._next_id += 1
+        self._pending[self._next_id] = (t, fn)
+        self.glue.ScheduleAt(_ticks(t), self._next_id)
+
+    def _fire(self, event_id: int) -> None:
+        t, fn = self._pending.pop(event_id)
+        if self._stopped:
+            return
+        self._now = t
+        self.events += 1
+        fn()
+        if self._stopped:
+            _ns3().Simulator.Stop()
+
+    def advance(self, t: float) -> None:
+        """A packet arrived at ``t`` (ns-3's clock)."""
+        self._now = t
+
+    def run(self, until: float = math.inf) -> None:
+        self._stopped = False
+        simulator = _ns3().Simulator
+        if until < math.inf:
+            simulator.Stop(_ns3().TimeStep(max(_ticks(until) - _ticks(self._now), 0)))
+        simulator.Run()
+        if until < math.inf and not self._stopped:
+            self._now = max(self._now, until)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+def _ns3():
+    import cppyy
+
+    return cppyy.gbl.ns3
+
+
+class Ns3Link:
+    """One direction of a worker's link, in ns-3: what `ina.sim.nodes.Link` is to the fast
+    engine (``send`` a batch of timed packets; counters), plus the queueing delay of the
+    packets it delivered."""
+
+    def __init__(self, net: _Wiring, link_id: int, endpoint: int, dst: int, spec: LinkSpec):
+        self.net = net
+        self.id = link_id
+        self.endpoint = endpoint
+        self.dst = dst
+        self.spec = spec
+        self.deliver: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None
+        self.width = 0  # the receiving node's row width
+        self.packets = 0  # delivered
+        self.bytes = 0
+        self.queue_delay_sum = 0.0  # seconds beyond an unloaded path, over delivered packets
+
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        if not times.size:
+            return
+        times = np.ascontiguousarray(times, dtype=np.float64)
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        self.net.glue.SendBatch(
+            self.endpoint,
+            self.id,
+            self.dst,
+            INA_PORT,
+            times.size,
+            times.ctypes.data,
+            data.ctypes.data,
+            data.strides[0],
+            lengths.ctypes.data,
+        )
+
+    def arrived(self, now: float, payload: bytes, sent: float) -> None:
+        n = len(payload)
+        frame = n + FRAME_OVERHEAD
+        unloaded = frame * 8 / self.spec.rate_bps + self.spec.prop_delay_s
+        self.packets += 1
+        self.bytes += frame
+        self.queue_delay_sum += max(now - sent - unloaded, 0.0)
+        row = np.zeros((1, max(self.width, n)), np.uint8)
+        row[0, :n] = np.frombuffer(payload, np.uint8)
+        self.deliver(np.array([now]), row, np.array([n], np.int64))
+
+    @property
+    def mean_queue_delay(self) -> float:
+        return self.queue_delay_sum / self.packets if self.packets else 0.0
+
+
+class _Wiring:
+    """The ns-3 side of one network: links by id, and the arrival callback."""
+
+    def __init__(self, glue, engine: Ns3Engine) -> None:
+        self.glue = glue
+        self.engine = engine
+        self.links: list[Ns3Link] = []
+        glue.arrive = self._arrive
+
+    def _arrive(self, link_id: int, ptr: int, length: int, sent: float) -> None:
+        now = _ns3().Simulator.Now().GetSeconds()
+        self.engine.advance(now)
+        self.links[link_id].arrived(now, ctypes.string_at(ptr, length), sent)
+
+
+def check(spec: NetworkSpec) -> None:
+    """What the ns-3 backend models, and whether it can run here, as one-line errors
+    (`NetworkSpec` calls it for ``backend="ns3"``)."""
+    why = unavailable()
+    if why:
+        raise ValueError(f"the ns-3 backend is unavailable: {why}")
+    if spec.timing_only:
+        raise ValueError("the ns-3 backend simulates every worker: no --timing-only")
+    if spec.jobs != 1:
+        raise ValueError("the ns-3 backend runs one job: no --jobs")
+    for name, link in (("up", spec.up), ("down", spec.down)):
+        profile, _ = parse_profile(link.profile)
+        if profile != "none":
+            raise ValueError(
+                f"the ns-3 backend's links have a propagation delay only: {name}link delay "
+                f"profile {link.profile!r} is not modelled (use --link-profile none)"
+            )
+        if link.rate_bps is None:
+            raise ValueError(f"the ns-3 backend needs a finite {name}link rate")
+        if link.capacity is not None and not isinstance(
+            capacity_model(link.capacity, 0), CapacityEpisodes
+        ):
+            raise ValueError("the ns-3 backend's cross traffic needs episodes:..., not a trace")
+    if spec.up.prop_delay_s != spec.down.prop_delay_s:
+        raise ValueError("the ns-3 backend's links have one propagation delay both ways")
+
+
+def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
+    """The network of ``spec`` in ns-3 (see the module docstring); run it with `SimNetwork.run`.
+    ``spec`` was checked (`check`) when it was made."""
+    glue = load()
+    glue.Reset()  # one ns-3 network per process at a time: drop the previous one
+    glue.Setup(spec.seed)
+    ns = _ns3()
+    engine = Ns3Engine(glue)
+    wiring = _Wiring(glue, engine)
+    n = spec.workers
+    pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+    install_job_spec(pipeline, local_job(JOB_ID, n, spec.pool_size))
+    nonces = np.random.default_rng(np.random.SeedSequence(spec.seed).spawn(1)[0]).integers(
+        0, 1 << 32, n, dtype=np.uint64
+    )
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    mtu = max(1500, frame - 14)  # the IP packet: frame less Ethernet
+    nodes = ns.NodeContainer()
+    nodes.Create(n + 2)  # workers, the switch, the cross-traffic host behind the switch
+    sw, cross = nodes.Get(n), nodes.Get(n + 1)
+    ns.InternetStackHelper().Install(nodes)
+
+    def buffer(link: LinkSpec) -> int:
+        # the fast engine's buffer holds the packets waiting and the one being sent; ns-3's
+        # device queue only those waiting (it dequeues a packet to send it): one INA frame
+        # less, so both admit the same INA packets
+        if not link.buffer_bytes:
+            return 1 << 40
+        if link.buffer_bytes < frame:
+            raise ValueError(f"a buffer of {link.buffer_bytes:g} B holds no {frame}-byte frame")
+        return int(link.buffer_bytes) - frame
+
+    addrs = []
+    for w in range(n):  # worker side: up rate, up buffer; receives with down loss
+        a = glue.Connect(
+            nodes.Get(w),
+            sw,
+            spec.up.rate_bps,
+            spec.down.rate_bps,
+            spec.up.prop_delay_s,
+            buffer(spec.up),
+            buffer(spec.down),
+            spec.down.loss,
+            spec.up.loss,
+            mtu,
+            (10 << 24) + 4 * (w + 1),
+        )
+        addrs.append((int(a[0]), int(a[1])))
+    fast = 10 * max(spec.up.rate_bps, spec.down.rate_bps)  # never the bottleneck
+    c = glue.Connect(
+        cross, sw, fast, fast, spec.up.prop_delay_s, 1 << 40, 1 << 40, 0.0, 0.0, mtu,
+        (11 << 24) + 4,
+    )  # fmt: skip
+    cross_addr = int(c[0])
+    glue.Routes()
+    sw_ep = glue.AddEndpoint(sw, INA_PORT)
+    up_min = frame * 8 / spec.up.rate_bps + spec.up.prop_delay_s
+    down_min = frame * 8 / spec.down.rate_bps + spec.down.prop_delay_s
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    switch = SwitchNode(
+        engine, pipeline, up_min, rate_bps=spec.switch.rate_bps, latency=spec.switch.latency_s
+    )
+    workers = []
+    for w in range(n):
+        core = TransportCore(spec.worker_config(w), nonce=int(nonces[w]))
+        node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
+        ep = glue.AddEndpoint(nodes.Get(w), INA_PORT)
+        up = Ns3Link(wiring, len(wiring.links), ep, addrs[w][1], spec.up)
+        up.deliver, up.width = switch.arrive, switch.inbox.width
+        wiring.links.append(up)
+        down = Ns3Link(wiring, len(wiring.links), sw_ep, addrs[w][0], spec.down)
+        down.deliver, down.width = node.deliver, node.inbox.width
+        wiring.links.append(down)
+        node.uplink = up
+        switch.ports[(JOB_ID, w)] = down
+        workers.append(node)
+    for direction, link in (("up", spec.up), ("down", spec.down)):
+        if link.capacity:
+            _cross_traffic(engine, glue, nodes, n, cross, cross_addr, addrs, direction, link, spec)
+    net = SimNetwork(spec, engine, pipeline, switch, workers)
+    return net
+
+
+def _cross_traffic(engine, glue, nodes, n, cross, cross_addr, addrs, direction, link, spec):
+    """TCP bulk flows through every ``direction`` link while its episodes are on, one flow
+    per link: worker to the cross host (up), or the cross host to the worker (down)."""
+    episodes = capacity_model(link.capacity, spec.seed)
+    if direction == "up":
+        glue.Sink(cross, CROSS_PORT)
+    else:
+        for w in range(n):
+            glue.Sink(nodes.Get(w), CROSS_PORT)
+    # episodes are drawn as the run reaches them: each start schedules its flows and the
+    # next start
+    count = [0]
+
+    def next_episode() -> None:
+        i = count[0]
+        starts, ends = episodes.episodes_until(0.0)
+        while len(starts) <= i:  # each call past the last end draws one more episode
+            starts, ends = episodes.episodes_until(float(ends[-1]))
+        count[0] = i + 1
+        end = float(ends[i])
+        engine.at(max(float(starts[i]), engine.now), lambda: begin(end))
+
+    def begin(end: float) -> None:
+        now = engine.now
+        for w in range(n):
+            if direction == "up":
+                glue.BulkFlow(nodes.Get(w), cross_addr, CROSS_PORT, 0.0, end - now)
+            else:
+                glue.BulkFlow(cross, addrs[w][0], CROSS_PORT, 0.0, end - now)
+        next_episode()
+
+    next_episode()

@@ -1,0 +1,114 @@
+"""`ina experiment dc2 --sim` (ina/experiments/dc2_sim.py): the plan, the analysis on a
+synthetic table, one-line errors, and a tiny simulated run per workload."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ina.experiments import cli
+from ina.experiments.dc2_sim import DC2_DEFAULT, analyse, goals, plan, resolve, run_job
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    return resolve(p.parse_args(["dc2", "--sim", *argv]))
+
+
+def test_the_plan_runs_each_distinct_state_once(tmp_path):
+    args = parse("--scenarios", "quiet-dc,episodes,episodes-25", "--levels", "0.01",
+                 "--laws", "target", "--out", str(tmp_path))  # fmt: skip
+    jobs = plan(args)
+    main = [j for j in jobs if not j["state"]]
+    assert len(main) == 3 * 3  # dense, fixed 0.01, DC2 target in each scenario
+    states = [j for j in jobs if j["state"]]
+    # two time-varying scenarios x two states x two fixed configurations ...
+    assert len(states) == 8
+    # ... but episodes and episodes-25 share their quiet and congested paths: run once
+    assert sum(1 for j in states if not j.get("same_as")) == 4
+    assert all("--target" in j["argv"] for j in main)
+    assert all("--target" not in j["argv"] and "40" in j["argv"] for j in states)
+
+
+def _row(scenario, config, t, steps, acc=0.96, state="", fraction=1.0, step_s=math.nan):
+    return {"workload": "mnist1d", "scenario": scenario, "state": state, "fraction": fraction,
+            "config": config, "metric": "test_acc", "steps": steps,
+            "time_to_target_s": t, "reached": int(t != ""), "final_metric": acc,
+            "kb_per_step": 1.0, "mean_density": 1.0, "step_s": step_s, "error": ""}  # fmt: skip
+
+
+def test_analysis_and_goals_on_a_synthetic_table():
+    args = parse("--scenarios", "quiet-dc,episodes", "--levels", "0.01", "--laws", "target")
+    law = DC2_DEFAULT["target"]
+    rows = [
+        # quiet: dense 100 steps x 1 s; 0.01 150 x 1 s; DC2 stays dense
+        _row("quiet-dc", "dense", 100.0, 100),
+        _row("quiet-dc", "fixed:0.01", 150.0, 150, acc=0.955),
+        _row("quiet-dc", law, 105.0, 100),
+        # episodes: half quiet (1 s per step at any level), half congested (dense 10 s, 0.01 2 s)
+        _row("episodes", "dense", 190.0, 100),
+        _row("episodes", "fixed:0.01", 200.0, 150, acc=0.955),
+        _row("episodes", law, 140.0, 120, acc=0.962),
+        _row("episodes", "dense", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "fixed:0.01", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "dense", "", 40, state="congested", fraction=0.5, step_s=10.0),
+        _row("episodes", "fixed:0.01", "", 40, state="congested", fraction=0.5, step_s=2.0),
+    ]
+    table = analyse(rows, args.config_list)["mnist1d"]
+    q, e = table["quiet-dc"], table["episodes"]
+    assert q["best_fixed"] == "dense" and q["regret"][law] == pytest.approx(1.05)
+    assert q["oracle_s"] == pytest.approx(100.0) and q["oracle_gain"] == pytest.approx(1.0)
+    # the oracle: dense when quiet, 0.01 when congested: 1 / (0.5/100 + 0.5/300) = 150 s
+    assert e["oracle_s"] == pytest.approx(150.0)
+    assert e["oracle_levels"] == {"quiet": "dense", "congested": "fixed:0.01"}
+    assert e["oracle_gain"] == pytest.approx((100 / (0.5 + 0.05)) / 150)  # 181.8 / 150
+    assert e["regret"][law] == pytest.approx(140 / 190)
+    verdicts = {(g, n): met for g, met, n in goals(table and {"mnist1d": table}, args.config_list)}
+    by_goal = {g: met for (g, _), met in verdicts.items()}
+    assert by_goal["mnist1d: DC2 target within 1.15x of the best fixed level in every scenario"]
+    assert by_goal["mnist1d: fixed 0.01 >= 1.5x slower than the best somewhere"] is True
+    assert by_goal["mnist1d: dense >= 1.5x slower than the best somewhere"] is False
+    assert by_goal["mnist1d/episodes: time-varying congestion"] is None  # oracle 1.21x < 1.3x
+    assert (
+        by_goal["mnist1d/episodes: DC2 target >= 5.0x faster than dense, metric within bounds"]
+        is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workloads", "cifar"], "unknown workload 'cifar'"),
+        (["--scenarios", "nowhere"], "unknown scenario 'nowhere'"),
+        (["--targets", "mnist1d:0.5"], "--targets takes WORKLOAD=VALUE"),
+        (["--laws", "pid"], "unknown law(s)"),
+        (["--levels", "lots"], "--levels takes densities"),
+    ],
+)
+def test_bad_options_are_one_line_errors(argv, message):
+    r = subprocess.run([sys.executable, "-m", "ina", "experiment", "dc2", "--sim", *argv],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(("workload", "target"), [("mnist1d", "0.5"), ("pytext", "4.0")])
+def test_a_tiny_run_per_workload_reaches_a_low_target_deterministically(tmp_path, workload, target):
+    """DC2 on short congestion episodes (it changes level): twice the same simulated run."""
+    args = parse("--workloads", workload, "--scenarios", "episodes-short", "--levels", "0.01",
+                 "--laws", "target", "--targets", f"{workload}={target}", "--eval-every", "10",
+                 "--max-steps", "300", "--out", str(tmp_path))  # fmt: skip
+    job = next(j for j in plan(args) if j["config"] == DC2_DEFAULT["target"] and not j["state"])
+    rows = [run_job({**job, "dir": str(tmp_path / str(i))}) for i in range(2)]
+    for r in rows:
+        assert r["error"] == "", r["error"]
+        assert r["reached"] == 1 and 0 < r["time_to_target_s"] < r["sim_s"] + 1e-12
+        assert r["mean_density"] < 1.0  # the episodes made DC2 compress
+    a, b = ({k: v for k, v in r.items() if k != "wall_s"} for r in rows)
+    assert a == b

@@ -1,0 +1,95 @@
+"""The ns-3 backend: the same workers and switch over ns-3's links (`ina.sim.ns3net`).
+
+Skipped with the reason where the ``ns3`` package (the ``ns3`` extra) cannot be imported.
+Loading ns-3 takes ~10-20 s of wall time, once per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ina.sim import allreduce as sim_allreduce
+from ina.sim import ns3net
+from ina.sim.network import LinkSpec, NetworkSpec, build
+
+why = ns3net.unavailable()
+pytestmark = pytest.mark.skipif(why is not None, reason=f"ns-3 backend unavailable: {why}")
+
+
+def spec(**links) -> NetworkSpec:
+    return NetworkSpec(workers=3, lanes=64, pool_size=16, seed=3).with_links(
+        rate_bps=1e9, prop_delay_s=5e-6, **links
+    )
+
+
+def run(s: NetworkSpec, size: int = 5000, iters: int = 2) -> dict:
+    return sim_allreduce.run(s, size, iters, seed=1)
+
+
+def test_ns3_allreduce_is_exact_and_matches_the_fast_engine_when_lossless():
+    s = spec(buffer_bytes=64_000)
+    ns3 = run(replace(s, backend="ns3"))
+    fast = run(s)
+    assert ns3["model"].count("ns-3 backend") == 1
+    assert ns3["exact"] and fast["exact"]  # every worker's sums equal the host-side sum
+    assert ns3["retransmissions"] == fast["retransmissions"] == 0
+    assert ns3["packets_on_links"] == fast["packets_on_links"]
+    # The same packets over the same FIFO links: ns-3 keeps time in whole nanoseconds, so a
+    # frame's serialization (8.5 us here) and each send time may round by < 1 ns; over the
+    # call's few hundred frames that is < 1e-3 of its time.
+    for a, b in zip(ns3["call_seconds"], fast["call_seconds"], strict=True):
+        assert a == pytest.approx(b, rel=1e-3)
+    # Queueing delay: the same up to the send times of packets released by the window, which
+    # the fast engine takes per batch of arrivals (docs/simulation.md); 5 %, the issue's goal.
+    assert ns3["queue_delay_up_s"] > 0
+    assert ns3["queue_delay_up_s"] == pytest.approx(fast["queue_delay_up_s"], rel=0.05)
+
+
+def test_ns3_and_the_fast_engine_fed_one_packet_per_event_agree_under_tail_drop():
+    """A port buffer smaller than the window: the same packets are dropped in both, so the
+    same chunks are retransmitted, when the fast engine's nodes see one packet per event as
+    ns-3's do. (With its lookahead batching they differ: docs/simulation.md.) 10 Gbit/s and
+    1,066-byte frames: 852.8 ns each, so a packet never arrives in the very nanosecond a
+    transmission ends, where ns-3 orders the two events as scheduled and the fast engine
+    always ends the transmission first (at 1 Gbit/s with whole-nanosecond frames such ties
+    are common and the drops differ)."""
+    link = LinkSpec(rate_bps=10e9, prop_delay_s=5e-6, buffer_bytes=16_000)
+    s = NetworkSpec(workers=4, lanes=256, pool_size=64, up=link, down=link, rto_s=1e-3)
+    s = replace(s, min_rto_s=200e-6)
+    ns3 = run(replace(s, backend="ns3"), size=50_000)
+
+    def one_per_event(spec: NetworkSpec):
+        net = build(spec)
+        for node in [*net.workers, net.switch]:
+            node.lookahead = 1e-9
+        return net
+
+    original = sim_allreduce.build
+    sim_allreduce.build = one_per_event
+    try:
+        fast = run(s, size=50_000)
+    finally:
+        sim_allreduce.build = original
+    assert ns3["exact"] and fast["exact"]
+    assert ns3["retransmissions"] == fast["retransmissions"] > 0  # tail drops happened
+    for a, b in zip(ns3["call_seconds"], fast["call_seconds"], strict=True):
+        assert a == pytest.approx(b, rel=1e-3)
+    assert ns3["queue_delay_up_s"] == pytest.approx(fast["queue_delay_up_s"], rel=1e-3)
+
+
+def test_ns3_allreduce_is_exact_under_loss_and_tcp_cross_traffic():
+    lossy = spec(loss=0.01, buffer_bytes=64_000, capacity="episodes:on_s=200e-6:off_s=100e-6")
+    s = replace(lossy, backend="ns3", min_rto_s=200e-6, rto_s=1e-3)
+    r = run(s)
+    assert r["exact"]
+    assert r["retransmissions"] > 0  # the loss was real
+    assert r["queue_delay_down_s"] > 0  # the TCP flows queued in the switch's ports
+
+
+def test_ns3_backend_rejects_what_it_does_not_model():
+    with pytest.raises(ValueError, match="profile"):
+        build(NetworkSpec(backend="ns3").with_links(profile="low"))
+    with pytest.raises(ValueError, match="timing-only"):
+        build(NetworkSpec(backend="ns3", timing_only=True))
