@@ -122,7 +122,7 @@ def test_registry_defaults_and_refusals():
     with pytest.raises(ValueError, match="unknown data set"):
         resolve("imagenet")
     with pytest.raises(ValueError, match="unknown model"):
-        resolve("digits", "resnet")
+        resolve("digits", "vgg")
     for task in TASKS.values():
         task.metric.check_target(task.default_target)
 

@@ -69,10 +69,10 @@ def parse_row(row: str) -> tuple[str, dict[str, str]]:
     return name, parse_args(pairs)
 
 
-def measure(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, repeats: int):
-    """One row: run all workers once, then time worker 0 alone against recorded answers."""
+def record(name: str, args: dict[str, str], xs: list[np.ndarray]):
+    """All workers' step through `LocalGroup`: every worker's `Reduction`, the communicators,
+    and the switch's answers to worker 0 (to replay in `replay_seconds`)."""
     workers = len(xs)
-    n = xs[0].size
     comms = [make_communicator(name, workers, w, 1, args) for w in range(workers)]
     recorded: list[Reduced] = []
 
@@ -86,6 +86,30 @@ def measure(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, r
         return comms[w].step(xs[w], "bucket", recording)
 
     reds = LocalGroup(workers, timeout=600).run(body)
+    return reds, comms, recorded
+
+
+def replay_seconds(
+    name: str, args: dict[str, str], x: np.ndarray, workers: int, recorded, repeats: int
+) -> tuple[list[float], list[float]]:
+    """Worker 0's whole step on ``x`` against the switch's ``recorded`` answers, ``repeats``
+    times: (CPU seconds, wall seconds) of each (the switch's own work is not timed)."""
+    cpu, wall = [], []
+    for _ in range(repeats):
+        comm = make_communicator(name, workers, 0, 1, args)
+        replay = iter(recorded)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        run_blocking(comm.step_steps(x, "bucket"), lambda rnd, _it=replay: next(_it))
+        cpu.append(time.process_time() - start_cpu)
+        wall.append(time.perf_counter() - start)
+    return cpu, wall
+
+
+def measure_stats(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, repeats: int):
+    """One row's numbers: run all workers once, then time worker 0 alone against recorded
+    answers."""
+    n = xs[0].size
+    reds, comms, recorded = record(name, args, xs)
     exact = True
     for s in range(len(reds[0].encoded)):
         if comms[0].compressor.aggregation is Aggregation.ALLGATHER:
@@ -94,27 +118,33 @@ def measure(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, r
             host = np.sum([r.encoded[s] for r in reds], axis=0)
         exact &= all(np.array_equal(r.summed[s], host) for r in reds)
 
-    cpu, wall = [], []
-    for _ in range(repeats):
-        comm = make_communicator(name, workers, 0, 1, args)
-        replay = iter(recorded)
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run_blocking(comm.step_steps(xs[0], "bucket"), lambda rnd, _it=replay: next(_it))
-        cpu.append(time.process_time() - start_cpu)
-        wall.append(time.perf_counter() - start)
-
+    cpu, wall = replay_seconds(name, args, xs[0], len(xs), recorded, repeats)
     red = reds[0]
     packets = sum(-(-k // lanes) for _, k in red.rounds)
     bits = red.bits_per_value()
     bits_hdr = bits + 8 * HEADER_BYTES * packets / n
     dense = 8 * LANE_BYTES + 8 * HEADER_BYTES / lanes
-    label = name + "".join(f" {k}={v}" for k, v in args.items())
-    rounds = " ".join(op.name for op, _ in red.rounds) or "none"
+    return {
+        "label": name + "".join(f" {k}={v}" for k, v in args.items()),
+        "path": comms[0].compressor.aggregation.value,
+        "rounds": " ".join(op.name for op, _ in red.rounds) or "none",
+        "bits": bits,
+        "bits_hdr": bits_hdr,
+        "ratio": dense / bits_hdr,
+        "cpu_mb_s": LANE_BYTES * n / statistics.median(cpu) / 1e6,
+        "best_cpu_mb_s": LANE_BYTES * n / min(cpu) / 1e6,  # least interference
+        "wall_mb_s": LANE_BYTES * n / statistics.median(wall) / 1e6,
+        "exact": exact,
+    }
+
+
+def measure(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, repeats: int):
+    """One row of the table (`measure_stats`, formatted)."""
+    r = measure_stats(name, args, xs, lanes, repeats)
     return (
-        f"| {label} | {comms[0].compressor.aggregation.value} | {rounds} | {bits:.2f} "
-        f"| {bits_hdr:.2f} | **{dense / bits_hdr:.2f}x** "
-        f"| {LANE_BYTES * n / statistics.median(cpu) / 1e6:.0f} "
-        f"| {LANE_BYTES * n / statistics.median(wall) / 1e6:.0f} | {'yes' if exact else 'NO'} |"
+        f"| {r['label']} | {r['path']} | {r['rounds']} | {r['bits']:.2f} "
+        f"| {r['bits_hdr']:.2f} | **{r['ratio']:.2f}x** "
+        f"| {r['cpu_mb_s']:.0f} | {r['wall_mb_s']:.0f} | {'yes' if r['exact'] else 'NO'} |"
     )
 
 

@@ -1,4 +1,4 @@
-"""`ina experiment {dc2,dc2-bound}`: end-to-end experiments that write CSV, PNG plots and a summary."""
+"""`ina experiment {dc2,dc2-bound,grace}`: end-to-end experiments that write CSV, PNG plots and a summary."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ EXPERIMENTS = {
     "dc2-bound": (
         "ina.experiments.dc2_bound",
         "the most any controller could gain over fixed levels on a profile (oracle)",
+    ),
+    "grace": (
+        "ina.experiments.grace",
+        "GRACE's methods through the switch: traffic, codec speed, time to target (--sim)",
     ),
 }
 

@@ -95,9 +95,12 @@ class Worker:
         controller=None,
         transport=None,
         clock: Callable[[], float] = time.monotonic,
+        communicator=None,
     ) -> None:
         """``transport``: what carries the rounds (default: a UDP `Transport` for ``cfg``;
-        the simulator passes its own); ``clock``: the time the DC2 controller sees."""
+        the simulator passes its own); ``clock``: the time the DC2 controller sees;
+        ``communicator``: a GRACE method (`ina.compressors.Communicator`) that compressed
+        calls (``compressor=True``) go through instead of the sparsifier."""
         self.cfg = cfg
         self.clock = clock
         # DC2: the controller sees every clean RTT sample and proposes levels on the ladder
@@ -132,6 +135,13 @@ class Worker:
         )  # fmt: skip
         self.memory = self.sparse.memory
         self.homomorphic = self.sparse.homomorphic
+        if communicator is not None and communicator.compressor.num_workers != cfg.num_workers:
+            raise ValueError(
+                f"the {communicator.name} communicator is built for "
+                f"{communicator.compressor.num_workers} workers, the job has {cfg.num_workers}"
+            )
+        self.communicator = communicator
+        self.last_reduction = None  # the communicator's last `Reduction` (compressor calls)
 
     def density(self) -> float:
         """The density of the next call (from the agreed level if there is a ladder)."""
@@ -166,19 +176,35 @@ class Worker:
     def stats(self):
         return self.transport.stats
 
-    def allreduce(self, x, average: bool = False, key: object = None, density: float | None = None):
+    def allreduce(
+        self,
+        x,
+        average: bool = False,
+        key: object = None,
+        density: float | None = None,
+        compressor: bool = False,
+    ):
         """Sum (or mean) of ``x`` over the job's workers; numpy arrays or torch tensors of any
         shape and float dtype; returns the same type, shape and dtype.
 
         ``key`` names the bucket for error feedback in compressed mode (residuals are kept
         per key; the same key must always carry a tensor of the same size). ``density``
         overrides the configured density for this call (every worker must pass the same:
-        e.g. a dense warm-up before compression starts)."""
-        steps = self.allreduce_steps(x, average=average, key=key, density=density)
+        e.g. a dense warm-up before compression starts). ``compressor``: send this call
+        through the Worker's GRACE communicator (its error feedback keyed by ``key``); with
+        ``average`` the result is the method's gradient (the mean, or signSGD's vote)."""
+        steps = self.allreduce_steps(
+            x, average=average, key=key, density=density, compressor=compressor
+        )
         return run_blocking(steps, self.transport.reduce_round)
 
     def allreduce_steps(
-        self, x, average: bool = False, key: object = None, density: float | None = None
+        self,
+        x,
+        average: bool = False,
+        key: object = None,
+        density: float | None = None,
+        compressor: bool = False,
     ) -> Steps:
         """`allreduce` as a generator of switch rounds (`ina.host.rounds`)."""
         if is_torch(x):
@@ -194,7 +220,9 @@ class Worker:
             if not np.issubdtype(x.dtype, np.floating):
                 raise TypeError(f"allreduce takes float tensors, got {x.dtype}")
             flat = x.reshape(-1)
-        out = yield from self.allreduce_flat_steps(flat, average=average, key=key, density=density)
+        out = yield from self.allreduce_flat_steps(
+            flat, average=average, key=key, density=density, compressor=compressor
+        )
         if is_torch(x):
             out = out if is_torch(out) else torch.from_numpy(np.ascontiguousarray(out))
             return out.to(device=x.device, dtype=x.dtype).reshape(x.shape)
@@ -206,9 +234,12 @@ class Worker:
         average: bool = False,
         key: object = None,
         density: float | None = None,
+        compressor: bool = False,
     ) -> np.ndarray:
         """Flat float array -> float64 sum (or mean) over workers."""
-        steps = self.allreduce_flat_steps(flat, average=average, key=key, density=density)
+        steps = self.allreduce_flat_steps(
+            flat, average=average, key=key, density=density, compressor=compressor
+        )
         return run_blocking(steps, self.transport.reduce_round)
 
     def allreduce_flat_steps(
@@ -217,6 +248,7 @@ class Worker:
         average: bool = False,
         key: object = None,
         density: float | None = None,
+        compressor: bool = False,
     ) -> Steps[np.ndarray]:
         """`allreduce_flat` as a generator of switch rounds; ``flat`` a numpy array or a torch
         tensor (the result: float64 numpy, or a tensor on ``flat``'s device when compressed)."""
@@ -224,6 +256,15 @@ class Worker:
         xp = ops(flat)
         if xp.size(flat) and float(xp.amax(xp.abs(flat), 0)) >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
+        if compressor:
+            if self.communicator is None:
+                raise ValueError("compressor=True, but this Worker has no communicator")
+            # GRACE's methods encode on the host (numpy): the lanes cross it anyway
+            host = flat.detach().cpu().numpy() if is_torch(flat) else np.asarray(flat)
+            red = yield from self.communicator.step_steps(host.astype(np.float64), key)
+            self.last_reduction = red
+            self.last = AllreduceInfo(host.size)
+            return red.grad.copy() if average else red.total.copy()
         if density is None:
             density = self.density()
         elif not 0.0 < density <= 1.0:

@@ -1,4 +1,5 @@
-"""`ina sim {allreduce,validate,compare,train}`: the virtual-time simulator's commands
+"""`ina sim {allreduce,validate,compare,train,fidelity,mergecomp}`: the virtual-time
+simulator's commands
 (`ina train --sim` runs training in it)."""
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ COMMANDS = {
     "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
     "train": ("ina.sim.train_steps", "steps of a model's gradients, no training (timing)"),
     "fidelity": ("ina.sim.fidelity", "the fast engine against the ns-3 backend (a table)"),
+    "mergecomp": (
+        "ina.sim.mergecomp",
+        "MergeComp's partition of a model's gradients vs per tensor and DDP's buckets",
+    ),
 }
 
 

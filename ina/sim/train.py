@@ -320,6 +320,8 @@ class SimTraining:
             "compute": c["compute"],
             "codec": c["codec"],
             "compression": c["compression"],
+            "compressor": c.get("compressor"),
+            "compressor_args": c.get("compressor_args") or [],
             "model": c["model"],
             "parameters": num_parameters(self.model),
             "dataset": self.data.name,

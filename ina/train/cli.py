@@ -111,6 +111,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ina: through the switch; gloo: plain DDP allreduce (baseline)",
     )
     c.add_argument("--compression", default="dense", choices=COMPRESSIONS)
+    c.add_argument(
+        "--compressor",
+        metavar="NAME",
+        help="a GRACE method from ina/compressors (none, fp16, u8bit, qsgd, terngrad, signsgd, "
+        "signum, efsignsgd, onebit, natural, randomk, topk, threshold, dgc, powersgd), summed "
+        "in the switch where it can be, all-gathered otherwise (docs/compression.md); "
+        "replaces --compression",
+    )
+    c.add_argument(
+        "--compressor-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a hyperparameter of --compressor (or of its memory, or memory=NAME), "
+        "repeatable: --compressor qsgd --compressor-arg levels=7",
+    )
     c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
     c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
     c.add_argument(
@@ -269,6 +285,7 @@ def validate(args: argparse.Namespace) -> Workload:
             raise ValueError(f"--law {args.law} --law-param: {e}") from None
     elif args.law_param:
         raise ValueError("--law-param needs --compression dc2")
+    check_compressor(args)
     if args.eval_every < 0:
         raise ValueError("--eval-every must be >= 0")
     workload = resolve(args.dataset, args.model)
@@ -309,6 +326,25 @@ def validate(args: argparse.Namespace) -> Workload:
     if not workload.task.needs_dir and args.data_dir:
         raise ValueError(f"--dataset {args.dataset} is made on this machine: no --data-dir")
     return workload
+
+
+def check_compressor(args: argparse.Namespace) -> None:
+    """``--compressor``/``--compressor-arg``: a known method with valid arguments, built
+    once here so that every mistake is a one-line error before anything starts."""
+    if not args.compressor:
+        if args.compressor_arg:
+            raise ValueError("--compressor-arg needs --compressor")
+        return
+    if args.compression != "dense":
+        raise ValueError("--compressor replaces --compression: give one of them")
+    if args.backend != "ina":
+        raise ValueError("--compressor needs --backend ina (gloo is the dense baseline)")
+    from ina.compressors import make_communicator
+
+    try:
+        make_communicator(args.compressor, num_workers=args.workers or 4, args=args.compressor_arg)
+    except ValueError as e:
+        raise ValueError(f"--compressor: {e}") from None
 
 
 def link_rate_bps(text: str | None) -> float | None:
@@ -413,6 +449,8 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "max_steps": args.max_steps,
         "threads": args.threads,
         "compression": args.compression,
+        "compressor": args.compressor,
+        "compressor_args": list(args.compressor_arg),
         "density": args.density,
         "law": args.law,
         "law_params": law_params(args.law_param),

@@ -24,6 +24,9 @@ import torch.distributed as dist
 from ina.host.allreduce import Worker
 
 COMPRESSIONS = ("dense", "homomorphic", "dc2")
+# ``compressor``: every bucket through the Worker's GRACE communicator (`ina.compressors`);
+# chosen with ``ina train --compressor NAME``, not with ``--compression``
+MODES = (*COMPRESSIONS, "compressor")
 
 
 class INAHookState:
@@ -33,8 +36,10 @@ class INAHookState:
         worker: this rank's `Worker` (``worker_id`` = rank); the state does not close it.
         compression: ``dense`` (one SUM round of int32 lanes), ``homomorphic`` (top-k at
             ``density`` with error feedback, OR-aggregated bitmap + count sketch; the Worker
-            must be built for it) or ``dc2`` (the density follows the level all workers agree
-            on through the switch; ``controller`` proposes this worker's level).
+            must be built for it), ``dc2`` (the density follows the level all workers agree
+            on through the switch; ``controller`` proposes this worker's level) or
+            ``compressor`` (the Worker's GRACE communicator, `ina.compressors`: its method,
+            its error feedback, its path through the switch).
         density: fraction of entries sent in ``homomorphic`` mode, in (0, 1).
         start_compress_iter: steps that run dense before compression starts (warm-up, as
             PowerSGD's ``start_powerSGD_iter``). DDP rebuilds its buckets after the first
@@ -55,8 +60,10 @@ class INAHookState:
         controller=None,
         keep_error_bounds: bool = False,
     ) -> None:
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        if compression not in MODES:
+            raise ValueError(f"compression must be one of {MODES}, got {compression!r}")
+        if compression == "compressor" and getattr(worker, "communicator", None) is None:
+            raise ValueError("compression='compressor' needs a Worker built with a communicator")
         if compression == "homomorphic" and not 0.0 < density < 1.0:
             raise ValueError(f"homomorphic compression needs 0 < density < 1, got {density}")
         if compression == "dense" and density != 1.0:
@@ -138,7 +145,9 @@ class INAHookState:
         compress = self.compressing()
         if compress:
             kwargs["key"] = self.residual_key(bucket)
-            if self.compression == "homomorphic" and self._per_call_density:
+            if self.compression == "compressor":
+                kwargs["compressor"] = True
+            elif self.compression == "homomorphic" and self._per_call_density:
                 kwargs["density"] = self.density
         elif self._per_call_density:
             kwargs["density"] = 1.0
@@ -178,7 +187,8 @@ def ina_allreduce_hook(
        `INAHookState.residual_key`), and in ``homomorphic`` mode the density: the Worker
        adds the residual, sparsifies, agrees on the union support (OR round) and sums the
        sketched values (SUM round); in ``dc2`` mode the density is the level all workers
-       agreed on in the previous call.
+       agreed on in the previous call; in ``compressor`` mode the Worker's GRACE
+       communicator runs its method's rounds (`ina.compressors`).
     4. Copy the mean into the bucket buffer and return it in a completed future; after the
        step's last bucket, count the step and (DC2) propose the next compression level.
 
@@ -204,4 +214,120 @@ def ina_allreduce_hook(
     state.finish(bucket, time.perf_counter() - t0)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buffer)
+    return fut
+
+
+class MergedHookState:
+    """State of `mergecomp_hook`: a partition of the parameters into groups (MergeComp,
+    `ina.train.mergecomp`), each group reduced as one call once all its gradients are in.
+
+    Args:
+        inner: the `INAHookState` whose worker, mode, warm-up and DC2 steps apply; its
+            per-call arguments are used with the key ``("group", k)`` per group.
+        groups: lists of parameters, each parameter in exactly one group, in the order the
+            groups are sent (`ina.train.mergecomp.search` picks them). Register DDP with a
+            small ``bucket_cap_mb`` so that it hands over each gradient as soon as it exists.
+    """
+
+    def __init__(self, inner: INAHookState, groups) -> None:
+        from ina.train.mergecomp import GroupReducer
+
+        # Hyperparameters.
+        self.inner = inner
+        self.reducer = GroupReducer(groups)
+        # Internal state: buckets handed over whose groups are not all reduced yet, and where
+        # each parameter's gradient lives (its bucket's buffer, offset, size).
+        self._waiting: list[tuple[object, set[int], torch.futures.Future]] = []
+        self._where: dict[int, tuple[torch.Tensor, int, int]] = {}
+        # Stats.
+        self.group_calls = 0
+
+    def add(self, bucket, future=None) -> list[tuple[int, torch.Tensor]]:
+        """Take a bucket's gradients; the groups it completes, each with its flat gradient."""
+        buffer, params = bucket.buffer(), list(bucket.parameters())
+        offset, grads = 0, []
+        for p in params:
+            n = p.numel()
+            self._where[id(p)] = (buffer, offset, n)
+            grads.append(buffer[offset : offset + n])
+            offset += n
+        groups = {self.reducer.group_of[id(p)] for p in params}
+        self._waiting.append((bucket, groups, future))
+        return [(k, torch.cat(parts)) for k, parts in self.reducer.add(params, grads)]
+
+    def kwargs(self, k: int) -> dict:
+        """The Worker call's arguments for group ``k`` (the inner state's mode and warm-up)."""
+        inner = self.inner
+        kwargs: dict = {"average": True}
+        compress = inner.compressing()
+        if compress:
+            kwargs["key"] = ("group", k)
+            if inner.compression == "compressor":
+                kwargs["compressor"] = True
+            elif inner.compression == "homomorphic" and inner._per_call_density:
+                kwargs["density"] = inner.density
+        elif inner._per_call_density:
+            kwargs["density"] = 1.0
+        inner._compressed_now = compress
+        return kwargs
+
+    def group_steps(self, k: int, flat: torch.Tensor):
+        """Reduce group ``k`` (rounds: `ina.host.rounds`), write the mean into its
+        parameters' bucket buffers and complete every bucket now fully reduced."""
+        mean = yield from self.inner.worker.allreduce_steps(flat, **self.kwargs(k))
+        self.group_calls += 1
+        offset = 0
+        for p in self.reducer.groups[k]:
+            buffer, at, n = self._where.pop(id(p))
+            buffer[at : at + n].copy_(mean[offset : offset + n])
+            offset += n
+        still = []
+        for bucket, groups, fut in self._waiting:
+            groups.discard(k)
+            if groups:
+                still.append((bucket, groups, fut))
+            elif fut is not None:
+                fut.set_result(bucket.buffer())
+        self._waiting = still
+        return mean
+
+    def end_bucket(self, bucket, seconds: float) -> None:
+        """After a bucket's groups ran: the inner state's statistics and step counting."""
+        if bucket.is_last() and self.reducer.pending():
+            raise RuntimeError(f"groups {self.reducer.pending()} incomplete at the last bucket")
+        self.inner.finish(bucket, seconds)
+
+
+def mergecomp_hook(
+    state: MergedHookState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """Reduce gradients in MergeComp's groups instead of DDP's buckets.
+
+    1. Note where the bucket's gradients are and which groups they belong to.
+    2. For every group this bucket completes, in order: one `Worker.allreduce` of the
+       group's gradients concatenated (compressed as the inner state says, with the group's
+       own error-feedback key), and the mean written back into each gradient's bucket.
+    3. Return a future that completes once every group touching this bucket is reduced
+       (at once, if this bucket completed them all).
+
+    Example::
+
+        >>> # xdoctest: +SKIP
+        >>> ddp = DistributedDataParallel(model, bucket_cap_mb=1e-6)   # a bucket per tensor
+        >>> groups = [[params[i] for i in g] for g in schedule.groups]  # mergecomp.search
+        >>> ddp.register_comm_hook(MergedHookState(INAHookState(worker), groups), mergecomp_hook)
+    """
+    from ina.host.rounds import run_blocking
+
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    t0 = time.perf_counter()
+    worker = state.inner.worker
+    try:
+        for k, flat in state.add(bucket, fut):
+            run_blocking(state.group_steps(k, flat), worker.transport.reduce_round)
+    except Exception as e:
+        if state.inner.error is None:
+            state.inner.error = e
+        raise
+    state.end_bucket(bucket, time.perf_counter() - t0)
     return fut

@@ -15,7 +15,11 @@ on MNIST-1D's signals (1x40) too.
   float32 gradients per step): communication dominates, for the compression experiments;
 - ``cnn1d``: three 1-D convolutions and a linear layer for MNIST-1D (25,162 parameters);
 - ``char_lstm``: a character-level language model, embedding 32, one LSTM layer of 128, a
-  linear layer to the vocabulary (98,722 parameters on ``pytext``'s 98 characters).
+  linear layer to the vocabulary (98,722 parameters on ``pytext``'s 98 characters);
+- ``resnet``: ResNet-20 in the style of He et al.'s CIFAR network (three stages of three
+  basic blocks, 16/32/64 channels, batch norm, global pooling): about 270k parameters in 65
+  tensors, most of them small (batch norm's scales and shifts): the many-tensor model of
+  MergeComp's scheduling (`ina sim mergecomp`).
 """
 
 from __future__ import annotations
@@ -86,6 +90,39 @@ def cnn1d(input_shape: Shape, num_classes: int) -> nn.Module:
     )
 
 
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm and a shortcut (1x1 convolution when the shape
+    changes)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.short(x))
+
+
+def resnet(input_shape: Shape, num_classes: int, blocks: int = 3) -> nn.Module:
+    c = input_shape[0]
+    layers: list[nn.Module] = [nn.Conv2d(c, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    cin = 16
+    for stage, cout in enumerate((16, 32, 64)):
+        for b in range(blocks):
+            layers.append(BasicBlock(cin, cout, 2 if stage and not b else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)]
+    return nn.Sequential(*layers)
+
+
 class CharLSTM(nn.Module):
     """Character-level language model: ids ``(B, L)`` -> next-character logits ``(B, L, V)``.
 
@@ -115,6 +152,7 @@ MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
     "big_mlp": big_mlp,
     "cnn1d": cnn1d,
     "char_lstm": char_lstm,
+    "resnet": resnet,
 }
 
 # The kinds of data set each model takes (`ina.train.data.Dataset.kind`).
@@ -125,6 +163,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "big_mlp": ("image", "signal"),
     "cnn1d": ("signal",),
     "char_lstm": ("text",),
+    "resnet": ("image",),
 }
 
 

@@ -120,6 +120,17 @@ def ina_worker(config: dict, cfg, link=None, transport=None, clock=time.monotoni
     compression = config["compression"]
     kwargs: dict = {"link": link, "transport": transport, "clock": clock}
     controller = None
+    if config.get("compressor"):  # a GRACE method (ina train --compressor NAME)
+        from ina.compressors import make_communicator
+
+        compression = "compressor"
+        kwargs["communicator"] = make_communicator(
+            config["compressor"],
+            num_workers=cfg.num_workers,
+            worker=cfg.worker_id,
+            seed=config["seed"],
+            args=config.get("compressor_args") or [],
+        )
     coding = HomomorphicConfig(coding=config.get("coding", "sketch"))
     if compression == "homomorphic":
         kwargs["compression"] = CompressionConfig(density=config["density"], homomorphic=coding)
@@ -425,6 +436,8 @@ class Run:
                 "backend": c["backend"],
                 "compression": c["compression"] if self.worker else None,
                 "density": c["density"] if c["compression"] == "homomorphic" else None,
+                "compressor": c.get("compressor") if self.worker else None,
+                "compressor_args": c.get("compressor_args") or [],
                 "model": self.workload.model,
                 "parameters": num_parameters(self.model),
                 "dataset": self.data.name,
