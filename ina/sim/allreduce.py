@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -82,9 +83,17 @@ def workers_for(net: SimNetwork, density: float = 1.0) -> list[Worker]:
     ]
 
 
-def run(spec: NetworkSpec, size: int, iters: int, density: float = 1.0, seed: int = 0) -> dict:
-    """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker."""
-    net = build(spec)
+def run(
+    spec: NetworkSpec,
+    size: int,
+    iters: int,
+    density: float = 1.0,
+    seed: int = 0,
+    codec_time: Callable[[float], float] = lambda wall: 0.0,
+) -> dict:
+    """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker;
+    ``codec_time`` charges the workers' own code (see `ina.sim.compute.CodecModel`)."""
+    net = build(spec, codec_time)
     workers = workers_for(net, density)
     rng = np.random.default_rng(seed)
     tensors = [rng.standard_normal(size).astype(np.float32) for _ in net.workers]
