@@ -53,6 +53,10 @@ UDP_PORT = 47000  # destination port of INA packets towards the switch (unbound 
 P4_LANES = 32  # lanes per packet in the P4 program; see ina/p4/configuration.p4 for why
 MAX_LANES = 4096  # largest packet the switch model accepts: 16 KiB of lanes + header
 MAX_WORKERS = 32  # one bit per worker in the slot bitmap (bit<32>)
+# A job's workers in all: one switch holds MAX_WORKERS contributors, a tree of switches more
+# (each leaf is one contributor of its parent). The bound keeps 18 bits of every value's
+# mantissa after the headroom for the int32 sum of all of them (ina.host.quantize).
+MAX_JOB_WORKERS = 4096
 LANE_BYTES = 4
 
 # Frame overhead of an INA packet on Ethernet: Ethernet 14 + IPv4 20 + UDP 8. Byte counters

@@ -35,7 +35,8 @@ then ``.253``, ``.252``, ... in switch name order.
 node, a parent that is not a switch, a loop of parents, more or fewer than one top-level
 switch, a switch without a link to its parent or with nothing below it, a link between
 switches that are not parent and child, a worker on no switch, and more workers or
-contributors than a job's 32-bit bitmap holds.
+contributors on a switch than its 32-bit bitmap holds (a job may have more workers in all,
+up to ``MAX_JOB_WORKERS``, spread over leaves).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ina.errors import UsageError
-from ina.protocol import MAX_WORKERS, UDP_PORT
+from ina.protocol import MAX_JOB_WORKERS, MAX_WORKERS, UDP_PORT
 from ina.switch_model.tables import JobSpec, ParentEntry, WorkerAddress
 
 DEFAULT_POOL_SIZE = 128
@@ -329,9 +330,9 @@ def parse(data: object, name: str = "topology") -> Fabric:
             raise TopologyError(f"{where}: worker {w} is on no switch (it has no link)")
     if len(set(workers)) != len(workers):
         raise TopologyError(f"{where}: a worker is listed twice")
-    if not 1 <= len(workers) <= MAX_WORKERS:
+    if not 1 <= len(workers) <= MAX_JOB_WORKERS:
         raise TopologyError(
-            f"{where}: {len(workers)} workers; a job has 1..{MAX_WORKERS} (every worker's "
+            f"{where}: {len(workers)} workers; a job has 1..{MAX_JOB_WORKERS} (every worker's "
             "scale keeps the int32 sum of all of them from overflowing)"
         )
     macs = [h.mac for h in hosts.values()] + [s.ina_mac for s in switches.values()]
@@ -361,8 +362,20 @@ def parse(data: object, name: str = "topology") -> Fabric:
     return fabric
 
 
+GENERATED = re.compile(r"two_level:(\d+)x(\d+)")
+
+
 def load(path: str | Path) -> Fabric:
-    """Read a topology file; `TopologyError` (one line) if it cannot be used."""
+    """Read a topology file, or build ``two_level:LxW`` (a spine over L leaves of W
+    workers each, `two_level`); `TopologyError` (one line) if it cannot be used."""
+    m = GENERATED.fullmatch(str(path))
+    if m:
+        leaves, per_leaf = int(m[1]), int(m[2])
+        if not (1 <= leaves <= MAX_WORKERS and 1 <= per_leaf <= MAX_WORKERS):
+            raise TopologyError(
+                f"topology {path}: need 1..{MAX_WORKERS} leaves of 1..{MAX_WORKERS} workers"
+            )
+        return parse(two_level(leaves, per_leaf), name=f"two_level_{leaves}x{per_leaf}")
     p = Path(path)
     try:
         text = p.read_text()
@@ -375,16 +388,25 @@ def load(path: str | Path) -> Fabric:
     return parse(data, name=p.stem)
 
 
+def _host_address(n: int, hosts: int) -> dict:
+    """Host ``n``'s IP and MAC: 10.0.0.n/24 while they fit (the files Mininet runs), else
+    10.1.0.0/16 onwards (the simulator's bigger trees; clear of the switches' 10.0.0.25x)."""
+    mac = f"00:00:0a:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}"
+    if hosts <= 250:
+        return {"ip": f"10.0.0.{n}/24", "mac": mac}
+    return {"ip": f"10.{1 + (n >> 16)}.{n >> 8 & 255}.{n & 255}/8", "mac": mac}
+
+
 def two_level(leaves: int, per_leaf: int, bw: float | None = None) -> dict:
     """The ``two_level_LxW`` topology as data: a spine s1 over ``leaves`` leaf switches,
-    ``per_leaf`` worker hosts on each (used to write the files)."""
+    ``per_leaf`` worker hosts on each (used to write the files, and by `load`)."""
     hosts, links, switches = {}, [], {"s1": {}}
     n = 0
     for leaf in range(1, leaves + 1):
         switches[f"l{leaf}"] = {"parent": "s1"}
         for p in range(1, per_leaf + 1):
             n += 1
-            hosts[f"h{n}"] = {"ip": f"10.0.0.{n}/24", "mac": f"00:00:0a:00:00:{n:02x}"}
+            hosts[f"h{n}"] = _host_address(n, leaves * per_leaf)
             link = [f"h{n}", f"l{leaf}-p{p}"]
             links.append(link if bw is None else [*link, "0ms", bw])
         up = [f"l{leaf}-p{per_leaf + 1}", f"s1-p{leaf}"]

@@ -92,7 +92,7 @@ def test_bad_topologies_name_the_culprit():
     msg = bad(lambda d: d["links"].append(["l1-p7", "l2-p7"]))
     assert "neither the other's parent" in msg
     assert "port is used twice: l1-p1" in bad(lambda d: d["links"].append(["h4", "l1-p1"]))
-    assert "33 workers" in bad(lambda d: d.update(two_level(3, 11)))
+    assert "more than 32 contributors" in bad(lambda d: d.update(two_level(1, 33)))
 
 
 def test_bad_file_is_one_line_exit_2(tmp_path):
@@ -111,6 +111,26 @@ def test_bad_file_is_one_line_exit_2(tmp_path):
 
 
 # -- exact sums, every level lossy ------------------------------------------------------------
+
+
+def test_a_tree_holds_more_workers_than_one_switch():
+    """40 workers on two leaves of 20: each switch's bitmap holds its own contributors (20
+    workers, or 2 leaves), the job counts 40 (every worker's int32 headroom is for 40)."""
+    fabric = load("two_level:2x20")
+    assert len(fabric.workers) == 40 and fabric.name == "two_level_2x20"
+    link = LinkSpec(rate_bps=10e9, loss=0.02)
+    spec = NetworkSpec(
+        workers=40, topology=fabric, lanes=64, pool_size=16, up=link, down=link,
+        rto_s=0.001, min_rto_s=0.0005, seed=5,
+    )  # fmt: skip
+    r = sim_allreduce(spec, 3_000, 2, seed=2)
+    assert r["exact"] and r["retransmissions"] > 0
+    assert quantize.mantissa_bits(40) == quantize.mantissa_bits(64) < quantize.mantissa_bits(32)
+    # a worker's id is its bit on its own switch: never 32 or more, whatever the job's size
+    with pytest.raises(ValueError, match="a switch's bitmap"):
+        WorkerConfig(job_id=1, worker_id=32, num_workers=40)
+    with pytest.raises(TopologyError, match=r"1\.\.32 leaves of 1\.\.32 workers"):
+        load("two_level:2x33")
 
 
 @pytest.mark.parametrize("loss", [0.0, 0.05])

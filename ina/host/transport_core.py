@@ -99,6 +99,7 @@ from ina.protocol import (
     HEADER_BYTES,
     HEADER_DTYPE,
     LANE_DTYPE,
+    MAX_JOB_WORKERS,
     MAX_LANES,
     MAX_WORKERS,
     UDP_PORT,
@@ -149,10 +150,15 @@ class WorkerConfig:
     queue_target: float = 3.0  # queueing delay allowed, in base round trips
 
     def __post_init__(self) -> None:
-        if not 0 <= self.worker_id < self.num_workers <= MAX_WORKERS:
+        # worker_id is the worker's bit on its own switch; num_workers counts the whole job,
+        # which a tree of switches lets exceed one switch's bitmap
+        if not (
+            0 <= self.worker_id < min(self.num_workers, MAX_WORKERS)
+            and self.num_workers <= MAX_JOB_WORKERS
+        ):
             raise ValueError(
-                f"worker_id {self.worker_id} must be < num_workers {self.num_workers} "
-                f"<= {MAX_WORKERS}"
+                f"worker_id {self.worker_id} must be < num_workers {self.num_workers} and "
+                f"< {MAX_WORKERS} (a switch's bitmap); num_workers <= {MAX_JOB_WORKERS}"
             )
         if not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, got {self.lanes}")
@@ -640,7 +646,8 @@ class TransportCore:
         cfg = self.cfg
         seq = (call.base + c) & _MASK32
         slot = seq % cfg.pool_size
-        everyone = set(range(cfg.num_workers))
+        # the bitmap names workers of this worker's own switch (all of the job on one switch)
+        everyone = set(range(min(cfg.num_workers, MAX_WORKERS)))
         if c in call.pending:
             heard = {w for w in everyone if call.pending[c] >> w & 1}
             who = (

@@ -42,7 +42,14 @@ from ina.netem import (
     parse_profile,
 )
 from ina.p4.entities import MAX_JOBS, POOL_SLOTS
-from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, MAX_LANES, MAX_WORKERS, packet_bytes
+from ina.protocol import (
+    FRAME_OVERHEAD,
+    HEADER_DTYPE,
+    MAX_JOB_WORKERS,
+    MAX_LANES,
+    MAX_WORKERS,
+    packet_bytes,
+)
 from ina.sim import units
 from ina.sim.engine import Engine, make_engine
 from ina.sim.nodes import Link, OrderedLink, Program, SwitchNode, WorkerNode
@@ -135,12 +142,15 @@ class NetworkSpec:
     switch_slots: int = POOL_SLOTS
 
     def __post_init__(self) -> None:
-        most = MAX_TIMING_WORKERS if self.timing_only else MAX_WORKERS
+        # one switch's bitmap, unless the job spreads over a tree's leaves (or timing only,
+        # where the workers are a multiplier)
+        most, why = MAX_WORKERS, ""
+        if self.timing_only:
+            most, why = MAX_TIMING_WORKERS, " (timing only)"
+        elif self.topology is not None:
+            most, why = MAX_JOB_WORKERS, " (on a tree)"
         if not 1 <= self.workers <= most:
-            raise ValueError(
-                f"workers must be 1..{most} per job{' (timing only)' if self.timing_only else ''}"
-                f", got {self.workers}"
-            )
+            raise ValueError(f"workers must be 1..{most} per job{why}, got {self.workers}")
         if self.timing_only:
             for link in (self.up, self.down):
                 name, _ = parse_profile(link.profile)
@@ -489,7 +499,7 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     nodes: dict[str, WorkerNode] = {}
     for g, host in enumerate(fabric.workers):
         _, local = fabric.leaf_of(g)
-        cfg = replace(spec.worker_config(g), job_id=job, worker_id=local, num_workers=n)
+        cfg = replace(spec.worker_config(local), job_id=job, num_workers=n)
         nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
     for lower, upper, up, down in wired:
         if lower in fabric.hosts:
