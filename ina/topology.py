@@ -390,11 +390,14 @@ def load(path: str | Path) -> Fabric:
 
 def _host_address(n: int, hosts: int) -> dict:
     """Host ``n``'s IP and MAC: 10.0.0.n/24 while they fit (the files Mininet runs), else
-    10.1.0.0/16 onwards (the simulator's bigger trees; clear of the switches' 10.0.0.25x)."""
-    mac = f"00:00:0a:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}"
+    from 10.1.0.0 and 00:00:0b:... on (the simulator's bigger trees; clear of the
+    switches' 10.0.0.25x and 00:00:0a:00:00:fx)."""
     if hosts <= 250:
-        return {"ip": f"10.0.0.{n}/24", "mac": mac}
-    return {"ip": f"10.{1 + (n >> 16)}.{n >> 8 & 255}.{n & 255}/8", "mac": mac}
+        return {"ip": f"10.0.0.{n}/24", "mac": f"00:00:0a:00:00:{n:02x}"}
+    return {
+        "ip": f"10.{1 + (n >> 16)}.{n >> 8 & 255}.{n & 255}/8",
+        "mac": f"00:00:0b:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}",
+    }
 
 
 def two_level(leaves: int, per_leaf: int, bw: float | None = None) -> dict:

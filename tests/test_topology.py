@@ -24,7 +24,7 @@ from ina.host.launch import free_udp_ports
 from ina.host.transport import WorkerConfig
 from ina.protocol import Counter
 from ina.sim.allreduce import run as sim_allreduce
-from ina.sim.network import LinkSpec, NetworkSpec
+from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 from ina.switch_model.impair import Impairment
 from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.run import install_job_spec
@@ -108,6 +108,38 @@ def test_bad_file_is_one_line_exit_2(tmp_path):
     )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "unknown node 'h9'" in r.stderr
+
+
+# -- timing only on a tree ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("switch_rate", [None, 20e9])
+def test_timing_only_tree_matches_every_worker_simulated(switch_rate):
+    """One representative path stands for a symmetric tree: from the second call on (the
+    first also joins the run) the same simulated times to the nanosecond as simulating all
+    12 workers, also where the switches' processing rate is the bottleneck (each switch
+    weighs its contributions by their number, its parent's results once)."""
+    fabric = load("two_level:3x4")
+    link = LinkSpec(rate_bps=10e9, prop_delay_s=1e-6)
+    times = []
+    for timing_only in (False, True):
+        spec = NetworkSpec(
+            workers=12, topology=fabric, lanes=256, pool_size=64, up=link, down=link,
+            switch=SwitchSpec(rate_bps=switch_rate, latency_s=1e-6), timing_only=timing_only,
+        )  # fmt: skip
+        times.append(sim_allreduce(spec, 100_000, 3)["call_seconds"][1:])
+    assert times[0] == pytest.approx(times[1], rel=0, abs=1e-12)  # float sums in other orders
+    # the processing rate matters: a 20 Gbit/s pipeline at the spine takes 3 leaves' packets
+    assert switch_rate is None or times[0][0] > 100_000 * 4 * 8 * 3 / switch_rate
+
+
+def test_timing_only_refuses_an_asymmetric_tree():
+    data = two_level(2, 3)
+    data["links"] = [link for link in data["links"] if link[0] != "h6"]  # leaves of 3 and 2
+    del data["hosts"]["h6"]
+    fabric = parse(data, "uneven")
+    with pytest.raises(ValueError, match="symmetric tree; the contributors of switch s1"):
+        NetworkSpec(workers=5, topology=fabric, timing_only=True)
 
 
 # -- exact sums, every level lossy ------------------------------------------------------------

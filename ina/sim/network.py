@@ -163,7 +163,7 @@ class NetworkSpec:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.topology is not None:
             if self.timing_only:
-                raise ValueError("timing only simulates one switch, not a topology's tree")
+                representative_tree(self.topology)  # only a symmetric tree (ValueError)
             if self.backend != "fast":
                 raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
             if self.jobs != 1:
@@ -441,6 +441,50 @@ def _link_spec(
     return base
 
 
+def representative_tree(fabric: Fabric) -> tuple[Fabric, dict[str, int]]:
+    """Timing only on a tree: the path of one representative worker, and how many
+    contributors each switch on it stands for.
+
+    Where every switch's contributors are alike (all workers, or all switches with alike
+    subtrees, each on a link with the same parameters), every worker sends and receives at
+    the same times, as on one switch: the first contributor of every switch stands for all,
+    and the switch's processing queue counts each of its packets as many times. ValueError
+    (one line) for a tree that is not symmetric."""
+
+    def shape(node: str) -> tuple:
+        if node in fabric.hosts:
+            return ("worker",)
+        kids = fabric.contributors(node)
+        shapes = {(_link_params(fabric, k, node), shape(k)) for k in kids}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"timing only needs a symmetric tree; the contributors of switch {node} "
+                "differ (workers and switches mixed, or their links or subtrees differ)"
+            )
+        return ("switch", len(kids), *shapes)
+
+    shape(fabric.root)
+    keep, weights, node = {fabric.root}, {}, fabric.root
+    while node not in fabric.hosts:
+        weights[node] = len(fabric.contributors(node))
+        node = fabric.contributors(node)[0]
+        keep.add(node)
+    reduced = replace(
+        fabric,
+        hosts={h: v for h, v in fabric.hosts.items() if h in keep},
+        switches={s: v for s, v in fabric.switches.items() if s in keep},
+        links=[link for link in fabric.links if link.a in keep and link.b in keep],
+        workers=[node],
+        host_switch={node: fabric.host_switch[node]},
+    )
+    return reduced, weights
+
+
+def _link_params(fabric: Fabric, lower: str, upper: str) -> tuple:
+    link = next(x for x in fabric.links if {x.a, x.b} == {lower, upper})
+    return (link.delay, link.bw, link.loss)
+
+
 def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     """`build` for a tree of switches: a pipeline per switch with its job (and, below the
     top, its parent_table entry) installed as the control plane installs it, workers on their
@@ -448,6 +492,9 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
     engine = make_engine(spec.engine)
     job = fabric.job_id
+    weights: dict[str, int] = {}
+    if spec.timing_only:
+        fabric, weights = representative_tree(fabric)
     root = np.random.SeedSequence(spec.seed)
     nonce_seed, *link_seeds = root.spawn(1 + 2 * len(fabric.links))
     n = len(fabric.workers)
@@ -490,6 +537,7 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             min(into[s]),
             rate_bps=spec.switch.rate_bps,
             latency=spec.switch.latency_s,
+            weight=weights.get(s, 1),
         )
     rtt = min(
         min_latency(up, frame) + switch_min + min_latency(down, frame)
@@ -499,6 +547,7 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     nodes: dict[str, WorkerNode] = {}
     for g, host in enumerate(fabric.workers):
         _, local = fabric.leaf_of(g)
+        # (timing only: n is 1, the representative alone on its leaf, as on one switch)
         cfg = replace(spec.worker_config(local), job_id=job, num_workers=n)
         nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
     for lower, upper, up, down in wired:

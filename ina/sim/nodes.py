@@ -36,7 +36,7 @@ import numpy as np
 from ina.host.rounds import Reduced, Round
 from ina.host.transport_core import TransportCore
 from ina.netem import LinkEmulator
-from ina.protocol import FRAME_OVERHEAD
+from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, Flag
 from ina.sim.engine import Engine
 from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
 
@@ -56,6 +56,9 @@ class Compute:
 
 Program = Generator[Round | Compute, Reduced | None, object]
 """What a worker runs: yields rounds and compute steps; is sent each round's result."""
+
+
+_FLAGS_FIELD = HEADER_DTYPE.fields["flags"][1]  # the flags' byte offset in the header
 
 
 class _Inbox:
@@ -210,8 +213,9 @@ class SwitchNode:
         rate_bps: how fast the pipeline takes packets (bits of frame per second); None:
             at any rate (the ports are the bottleneck, as on a line-rate switch).
         latency: the pipeline's latency, seconds.
-        weight: how many workers' packets each packet stands for in the processing queue
-            (timing only: one representative worker for N, `ina.sim.network.build`).
+        weight: how many contributors' packets each packet from below stands for in the
+            processing queue (timing only: one representative for many,
+            `ina.sim.network.build`); results coming down from a parent count once.
     """
 
     def __init__(
@@ -250,7 +254,11 @@ class SwitchNode:
             self._wake.request(max(self.inbox.first, self.engine.now))
 
     def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        done = self.queue.admit_batch(t, (lengths + FRAME_OVERHEAD) * self.weight) + self.latency
+        size = lengths + FRAME_OVERHEAD
+        if self.weight != 1:  # contributions stand for `weight` each; a parent's results once
+            result = (data[:, _FLAGS_FIELD] & int(Flag.RESULT)) != 0
+            size = np.where(result, size, size * self.weight)
+        done = self.queue.admit_batch(t, size) + self.latency
         if self._out.data.shape[0] < t.size:
             self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
         out = self._out
