@@ -36,6 +36,9 @@ from ina.netem import (
     CapacityEpisodes,
     CapacityModel,
     CapacityTrace,
+    CrossEpisodes,
+    CrossTrace,
+    CrossTraffic,
     LinkEmulator,
     OffsetDelay,
     make_link,
@@ -64,7 +67,9 @@ class LinkSpec:
     ``profile`` is an `ina.netem` delay profile (``none``, ``constant``, ``low``, ``high``,
     ``trace:PATH``, with parameters) added to the propagation delay; ``capacity`` is cross
     traffic: ``episodes:share=0.1:on_s=1:off_s=3[:fixed=1][:seed=N]`` or
-    ``trace:PATH`` (see `capacity_model`).
+    ``trace:PATH`` (see `capacity_model`): a share of the rate taken away; ``cross`` is cross
+    traffic as packets in the link's FIFO: ``episodes:rate=R:size=B:on_s=A:off_s=B[:fixed=1]
+    [:seed=N]`` or ``trace:PATH`` (lines ``TIME_S BYTES [LINK]``, see `cross_model`).
     """
 
     rate_bps: float | None = 100e9
@@ -73,6 +78,7 @@ class LinkSpec:
     loss: float = 0.0
     buffer_bytes: float | None = None
     capacity: str | None = None
+    cross: str | None = None
 
     def __post_init__(self) -> None:
         if self.rate_bps is not None and not self.rate_bps > 0:
@@ -86,6 +92,10 @@ class LinkSpec:
         parse_profile(self.profile)  # a profile that does not parse is an error now
         if self.capacity is not None:
             capacity_model(self.capacity, seed=0)
+        if self.cross is not None:
+            if self.rate_bps is None:
+                raise ValueError("cross traffic needs a link rate")
+            cross_model(self.cross, seed=0)
 
 
 @dataclass(frozen=True)
@@ -207,6 +217,23 @@ class NetworkSpec:
         return replace(self, up=replace(self.up, **changes), down=replace(self.down, **changes))
 
 
+def _params(text: str, rest: str, known: set[str], what: str) -> dict[str, float]:
+    """``NAME=NUMBER`` items of ``rest`` (``:``-separated); numbers may carry SI units."""
+    params: dict[str, float] = {}
+    for item in (i for i in rest.split(":") if i):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            params[key] = float(units.rate(value)) if key == "rate" else float(value)
+        except ValueError:
+            raise ValueError(f"bad {what} parameter {item!r} in {text!r}: NAME=NUMBER") from None
+    unknown = set(params) - known
+    if unknown:
+        raise ValueError(f"{what} {text!r}: unknown parameters {sorted(unknown)}")
+    return params
+
+
 def capacity_model(text: str, seed: int) -> CapacityModel:
     """``episodes[:share=S][:on_s=A][:off_s=B][:fixed=1][:seed=N]`` or ``trace:PATH``."""
     name, _, rest = text.partition(":")
@@ -216,18 +243,7 @@ def capacity_model(text: str, seed: int) -> CapacityModel:
         return CapacityTrace(rest)
     if name != "episodes":
         raise ValueError(f"unknown capacity model {text!r}: use episodes:... or trace:PATH")
-    params: dict[str, float] = {}
-    for item in (i for i in rest.split(":") if i):
-        key, eq, value = item.partition("=")
-        try:
-            if not eq:
-                raise ValueError
-            params[key] = float(value)
-        except ValueError:
-            raise ValueError(f"bad capacity parameter {item!r} in {text!r}: NAME=NUMBER") from None
-    unknown = set(params) - {"share", "on_s", "off_s", "fixed", "seed"}
-    if unknown:
-        raise ValueError(f"capacity {text!r}: unknown parameters {sorted(unknown)}")
+    params = _params(text, rest, {"share", "on_s", "off_s", "fixed", "seed"}, "capacity")
     return CapacityEpisodes(
         share=params.get("share", 0.1),
         on_s=params.get("on_s", 1.0),
@@ -237,8 +253,38 @@ def capacity_model(text: str, seed: int) -> CapacityModel:
     )
 
 
-def link_emulator(spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int) -> LinkEmulator:
-    """The `LinkEmulator` of one direction of one worker's link."""
+def cross_model(text: str, seed: int, link: int | None = None) -> CrossTraffic:
+    """Cross traffic as packets in a link's FIFO (`ina.netem.CrossTraffic`):
+    ``episodes:rate=R[:size=B][:on_s=A][:off_s=B][:fixed=1][:seed=N]`` (R bit/s, e.g. 5G, in
+    B-byte packets, default 1500, while the episodes are on; the schedule of the same
+    parameters as ``capacity``) or ``trace:PATH`` (lines ``TIME_S BYTES [LINK]``: this is
+    link ``link``, the worker's index)."""
+    name, _, rest = text.partition(":")
+    if name == "trace":
+        if not rest:
+            raise ValueError("cross traffic 'trace' needs a file: trace:PATH")
+        return CrossTrace(rest, link)
+    if name != "episodes":
+        raise ValueError(f"unknown cross traffic {text!r}: use episodes:rate=R:... or trace:PATH")
+    known = {"rate", "size", "on_s", "off_s", "fixed", "seed"}
+    params = _params(text, rest, known, "cross traffic")
+    if "rate" not in params:
+        raise ValueError(f"cross traffic {text!r} needs its rate: episodes:rate=R:...")
+    schedule = CapacityEpisodes(
+        share=1.0,
+        on_s=params.get("on_s", 1.0),
+        off_s=params.get("off_s", 3.0),
+        seed=int(params.get("seed", seed)),
+        fixed=bool(params.get("fixed", 0)),
+    )
+    return CrossEpisodes(params["rate"], params.get("size", 1500), schedule)
+
+
+def link_emulator(
+    spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int, index: int | None = None
+) -> LinkEmulator:
+    """The `LinkEmulator` of one direction of one worker's link (``index``: the worker's,
+    which a cross-traffic trace's LINK column names)."""
     link_seed = int(seed.generate_state(1)[0])
     emu = make_link(
         spec.profile,
@@ -247,6 +293,7 @@ def link_emulator(spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int) -
         loss=spec.loss,
         buffer_bytes=spec.buffer_bytes,
         capacity=capacity_model(spec.capacity, cap_seed) if spec.capacity else None,
+        cross=cross_model(spec.cross, cap_seed, index) if spec.cross else None,
     )
     emu.delay = OffsetDelay(emu.delay, spec.prop_delay_s)
     return emu
@@ -358,8 +405,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, modelled, dtype=np.uint64)
     cap_seed = spec.seed
     frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
-    ups = [link_emulator(spec.up, link_seeds[2 * h], cap_seed) for h in range(hosts)]
-    downs = [link_emulator(spec.down, link_seeds[2 * h + 1], cap_seed) for h in range(hosts)]
+    ups = [link_emulator(spec.up, link_seeds[2 * h], cap_seed, h) for h in range(hosts)]
+    downs = [link_emulator(spec.down, link_seeds[2 * h + 1], cap_seed, h) for h in range(hosts)]
     up_min = min(min_latency(e, frame) for e in ups)
     down_min = min(min_latency(e, frame) for e in downs)
     switch_min = spec.switch.latency_s + (
@@ -514,6 +561,7 @@ def parse_link(
     loss: float = 0.0,
     buffer: str | None = None,
     capacity: str | None = None,
+    cross: str | None = None,
 ) -> LinkSpec:
     """A `LinkSpec` from command-line strings (``100G``, ``1us``, ``4MB``)."""
     return LinkSpec(
@@ -523,4 +571,5 @@ def parse_link(
         loss=loss,
         buffer_bytes=None if buffer in (None, "inf", "none") else units.size(buffer, "buffer"),
         capacity=capacity,
+        cross=cross,
     )
