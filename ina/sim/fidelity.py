@@ -17,8 +17,11 @@ the packet-level step time and queueing.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="runs per scenario and backend (seeds SEED..SEED+N-1), averaged: random loss "
         "draws differ between the backends, so only their means can agree",
+    )
+    p.add_argument(
+        "--cross-dir",
+        metavar="DIR",
+        help="keep the TCP cross traffic ns-3 recorded (trace files the fast engine replays, "
+        "--cross trace:PATH) in DIR/SCENARIO-seedN/ (default: a temporary directory)",
     )
 
 
@@ -89,40 +98,80 @@ def tcp_share(spec: NetworkSpec, ns3_result: dict, cross_bytes: int) -> float:
     return float(min(max(1 - tcp_rate / spec.down.rate_bps, 0.01), 1.0))
 
 
+PER_PACKET = 1e-9  # the fast engine's lookahead for one packet per event, as ns-3 delivers
+
+
+def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> list[tuple]:
+    """The fast-engine runs to compare with one ns-3 run: (label, spec, lookahead_s).
+
+    Without cross traffic: the fast engine as it runs, and with one packet per event (the
+    difference is its lookahead batching, not its models). With TCP cross traffic: the
+    capacity abstraction given the share TCP left (``share``), and ns-3's TCP packets
+    replayed into the fast engine's FIFOs (``traces``: `ns3net.write_cross_traces`), as it
+    runs and with one packet per event."""
+    from ina.sim import ns3net
+
+    if not spec.down.capacity:
+        return [("fast", spec, None), ("fast, 1 packet/event", spec, PER_PACKET)]
+    share = tcp_share(spec, ns3_result, int(ns3net.load().CrossBytes()))
+    shared = replace(
+        spec, down=replace(spec.down, capacity=f"{spec.down.capacity}:share={share:.4f}")
+    )
+    replay = replace(
+        spec,
+        up=replace(spec.up, capacity=None, cross=f"trace:{traces['up']}"),
+        down=replace(spec.down, capacity=None, cross=f"trace:{traces['down']}"),
+    )
+    return [
+        (f"fast, share {share:.3f}", shared, None),
+        ("fast, TCP replayed", replay, None),
+        ("fast, TCP replayed, 1 packet/event", replay, PER_PACKET),
+    ]
+
+
 def compare(args) -> list[dict]:
     from ina.sim import ns3net
 
     rows = []
-    for name in scenarios(args):
-        runs: dict[str, list[dict]] = {"ns-3": [], "fast": []}
-        shares = []
-        for seed in range(args.seed, args.seed + args.seeds):
-            spec = scenarios(argparse.Namespace(**{**vars(args), "seed": seed}))[name]
-            ns3 = sim_allreduce.run(
-                replace(spec, backend="ns3"), int(args.size), args.iters, seed=seed
-            )
-            fast_spec = spec
-            if spec.down.capacity:
-                shares.append(tcp_share(spec, ns3, int(ns3net.load().CrossBytes())))
-                capacity = f"{spec.down.capacity}:share={shares[-1]:.4f}"
-                fast_spec = replace(spec, down=replace(spec.down, capacity=capacity))
-            runs["ns-3"].append(ns3)
-            runs["fast"].append(sim_allreduce.run(fast_spec, int(args.size), args.iters, seed=seed))
-        for backend, rs in runs.items():
-            rows.append(
-                {
-                    "scenario": name,
-                    "backend": backend,
-                    "share": float(np.mean(shares)) if shares else None,
-                    "step_s": float(np.mean([np.mean(r["call_seconds"]) for r in rs])),
-                    "queue_up_s": float(np.mean([r["queue_delay_up_s"] for r in rs])),
-                    "queue_down_s": float(np.mean([r["queue_delay_down_s"] for r in rs])),
-                    "retransmissions": int(sum(r["retransmissions"] for r in rs)),
-                    "exact": all(r["exact"] for r in rs),
-                    "wall_s": float(sum(r["wall_seconds"] for r in rs)),
-                }
-            )
+    keep = getattr(args, "cross_dir", None)
+    with tempfile.TemporaryDirectory(prefix="ina-fidelity-") as tmp:
+        for name in scenarios(args):
+            runs: dict[str, list[dict]] = {}
+            for seed in range(args.seed, args.seed + args.seeds):
+                spec = scenarios(argparse.Namespace(**{**vars(args), "seed": seed}))[name]
+                ns3 = sim_allreduce.run(
+                    replace(spec, backend="ns3"), int(args.size), args.iters, seed=seed
+                )
+                runs.setdefault("ns-3", []).append(ns3)
+                traces = None
+                if spec.down.capacity:
+                    where = Path(keep or tmp) / f"{_slug(name)}-seed{seed}"
+                    traces = ns3net.write_cross_traces(where)
+                for label, fast_spec, lookahead in fast_variants(spec, ns3, traces):
+                    label = re.sub(r"share [0-9.]+", "share", label) if args.seeds > 1 else label
+                    runs.setdefault(label, []).append(
+                        sim_allreduce.run(
+                            fast_spec, int(args.size), args.iters, seed=seed, lookahead_s=lookahead
+                        )
+                    )
+            for backend, rs in runs.items():
+                rows.append(
+                    {
+                        "scenario": name,
+                        "backend": backend,
+                        "step_s": float(np.mean([np.mean(r["call_seconds"]) for r in rs])),
+                        "queue_up_s": float(np.mean([r["queue_delay_up_s"] for r in rs])),
+                        "queue_down_s": float(np.mean([r["queue_delay_down_s"] for r in rs])),
+                        "retransmissions": int(sum(r["retransmissions"] for r in rs)),
+                        "exact": all(r["exact"] for r in rs),
+                        "wall_s": float(sum(r["wall_seconds"] for r in rs)),
+                    }
+                )
     return rows
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def _diff(a: float, b: float) -> str:
@@ -138,24 +187,24 @@ def print_table(rows: list[dict]) -> None:
     )
     print("|---|---|---:|---:|---:|---:|---|---:|")
     for r in rows:
-        note = (
-            f" (share {r['share']:.3f})"
-            if r["share"] is not None and r["backend"] == "fast"
-            else ""
-        )
         print(
-            f"| {r['scenario']} | {r['backend']}{note} | {r['step_s'] * 1e6:.2f} | "
+            f"| {r['scenario']} | {r['backend']} | {r['step_s'] * 1e6:.2f} | "
             f"{r['queue_up_s'] * 1e6:.3f} | {r['queue_down_s'] * 1e6:.3f} | "
             f"{r['retransmissions']} | {'yes' if r['exact'] else 'NO'} | {r['wall_s']:.1f} |"
         )
     print()
-    print("| scenario | step: fast vs ns-3 | queueing up | queueing down |")
-    print("|---|---:|---:|---:|")
-    for ns3, fast in zip(rows[::2], rows[1::2], strict=True):
+    print("| scenario | fast engine | step vs ns-3 | queueing up | queueing down |")
+    print("|---|---|---:|---:|---:|")
+    ns3 = {}
+    for r in rows:
+        if r["backend"] == "ns-3":
+            ns3[r["scenario"]] = r
+            continue
+        ref = ns3[r["scenario"]]
         print(
-            f"| {ns3['scenario']} | {_diff(ns3['step_s'], fast['step_s'])} | "
-            f"{_diff(ns3['queue_up_s'], fast['queue_up_s'])} | "
-            f"{_diff(ns3['queue_down_s'], fast['queue_down_s'])} |"
+            f"| {r['scenario']} | {r['backend']} | {_diff(ref['step_s'], r['step_s'])} | "
+            f"{_diff(ref['queue_up_s'], r['queue_up_s'])} | "
+            f"{_diff(ref['queue_down_s'], r['queue_down_s'])} |"
         )
 
 

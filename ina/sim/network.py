@@ -164,8 +164,6 @@ class NetworkSpec:
         if self.topology is not None:
             if self.timing_only:
                 raise ValueError("timing only simulates one switch, not a topology's tree")
-            if self.backend != "fast":
-                raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
             if self.jobs != 1:
                 raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
             if self.workers != len(self.topology.workers):
@@ -478,11 +476,51 @@ def _link_spec(
     return base
 
 
+def tree_links(spec: NetworkSpec, fabric: Fabric) -> list[tuple[str, str, LinkSpec, LinkSpec]]:
+    """Each link of a topology, oriented: (lower end, upper end, the link going up, coming
+    down), from the file's ``bw``, ``delay`` and ``loss``, else the spec's up and down links
+    (both backends build their trees from this)."""
+    wired = []
+    for link in fabric.links:
+        if link.a_port is None:  # host - switch
+            lower, upper = link.a, link.b
+        elif fabric.switches[link.a].parent == link.b:
+            lower, upper = link.a, link.b
+        else:
+            lower, upper = link.b, link.a
+        up = _link_spec(spec.up, link.bw, link.delay, link.loss)
+        down = _link_spec(spec.down, link.bw, link.delay, link.loss)
+        wired.append((lower, upper, up, down))
+    return wired
+
+
+def tree_pipelines(spec: NetworkSpec, fabric: Fabric) -> dict[str, Pipeline]:
+    """One pipeline per switch, top down, with its job (and, below the top, its
+    parent_table entry) installed as the control plane installs it."""
+    pipelines = {}
+    for s in fabric.top_down():
+        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+        install_job_spec(pipeline, replace(fabric.job_spec(s), pool_size=spec.pool_size))
+        pipelines[s] = pipeline
+    return pipelines
+
+
+def tree_worker_config(spec: NetworkSpec, fabric: Fabric, g: int) -> WorkerConfig:
+    """Worker ``g`` of a topology: its id on its leaf switch, the job's total worker count."""
+    _, local = fabric.leaf_of(g)
+    return replace(
+        spec.worker_config(g),
+        job_id=fabric.job_id,
+        worker_id=local,
+        num_workers=len(fabric.workers),
+    )
+
+
 def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
-    """`build` for a tree of switches: a pipeline per switch with its job (and, below the
-    top, its parent_table entry) installed as the control plane installs it, workers on their
-    leaves with their ids there, each link both ways. A switch's lookahead is the shortest
-    latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
+    """`build` for a tree of switches: a pipeline per switch (`tree_pipelines`), workers on
+    their leaves with their ids there, each link both ways. A switch's lookahead is the
+    shortest latency of the links into it; a worker's the shortest worker-leaf-worker round
+    trip."""
     engine = make_engine(spec.engine)
     job = fabric.job_id
     root = np.random.SeedSequence(spec.seed)
@@ -494,40 +532,31 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
         0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
     )
     # Each link: (lower end, upper end, emulator going up, emulator coming down).
-    wired = []
-    for i, link in enumerate(fabric.links):
-        if link.a_port is None:  # host - switch
-            lower, upper = link.a, link.b
-        elif fabric.switches[link.a].parent == link.b:
-            lower, upper = link.a, link.b
-        else:
-            lower, upper = link.b, link.a
-        up = link_emulator(
-            _link_spec(spec.up, link.bw, link.delay, link.loss), link_seeds[2 * i], spec.seed
+    wired = [
+        (
+            lower,
+            upper,
+            link_emulator(up, link_seeds[2 * i], spec.seed),
+            link_emulator(down, link_seeds[2 * i + 1], spec.seed),
         )
-        down = link_emulator(
-            _link_spec(spec.down, link.bw, link.delay, link.loss), link_seeds[2 * i + 1], spec.seed
-        )
-        wired.append((lower, upper, up, down))
+        for i, (lower, upper, up, down) in enumerate(tree_links(spec, fabric))
+    ]
     into: dict[str, list[float]] = {s: [] for s in fabric.switches}
     for lower, upper, up, down in wired:
         into[upper].append(min_latency(up, frame))
         if lower in fabric.switches:
             into[lower].append(min_latency(down, frame))
-    switches: dict[str, SwitchNode] = {}
-    pipelines: dict[str, Pipeline] = {}
-    for s in fabric.top_down():
-        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
-        js = fabric.job_spec(s)
-        install_job_spec(pipeline, replace(js, pool_size=spec.pool_size))
-        pipelines[s] = pipeline
-        switches[s] = SwitchNode(
+    pipelines = tree_pipelines(spec, fabric)
+    switches = {
+        s: SwitchNode(
             engine,
             pipeline,
             min(into[s]),
             rate_bps=spec.switch.rate_bps,
             latency=spec.switch.latency_s,
         )
+        for s, pipeline in pipelines.items()
+    }
     rtt = min(
         min_latency(up, frame) + switch_min + min_latency(down, frame)
         for lower, _, up, down in wired
@@ -535,9 +564,8 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     )
     nodes: dict[str, WorkerNode] = {}
     for g, host in enumerate(fabric.workers):
-        _, local = fabric.leaf_of(g)
-        cfg = replace(spec.worker_config(g), job_id=job, worker_id=local, num_workers=n)
-        nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
+        core = TransportCore(tree_worker_config(spec, fabric, g), nonce=int(nonces[g]))
+        nodes[host] = WorkerNode(engine, core, rtt, codec_time)
     for lower, upper, up, down in wired:
         if lower in fabric.hosts:
             if lower not in nodes:  # a host that is not a worker
