@@ -4,14 +4,21 @@ Each scenario runs the same allreduce (`ina.sim.allreduce.run`: same tensors, sa
 same switch) on both backends and compares the step time (one allreduce call, the mean over
 calls) and the mean queueing delay of the INA packets (their one-way delay beyond an
 unloaded path, per direction). Scenarios: the worker ports as the bottleneck, lossless; the
-same with TCP cross traffic through the switch's ports in episodes; the same with random loss.
+same with TCP cross traffic through the switch's ports in episodes; the same with random
+loss; a two-level tree of switches (hierarchical aggregation), lossless.
+
+Each fast-engine run is also repeated with one packet per event (a 1 ns lookahead), as ns-3
+delivers them: what differs between that row and ns-3 is the model, what differs between
+it and the plain fast row is the fast engine's lookahead batching.
 
 Cross traffic differs in kind between the backends: ns-3 runs real TCP flows (BulkSend)
-while an episode is on; the fast engine takes a ``share`` of the rate away for the episode.
-So the ns-3 run goes first and the fast engine gets the share that TCP left the INA traffic
-there (measured from the bytes ns-3's TCP sinks received while episodes were on): the
-comparison asks whether the fast engine's abstraction, given the right share, reproduces
-the packet-level step time and queueing.
+while an episode is on. The fast engine is given it two ways, both measured from the ns-3
+run: as a ``share`` of the rate taken away during the episodes (the share TCP left the INA
+traffic, from the bytes its sinks received), a fluid that slows the link but queues nothing
+ahead of INA's packets; and as TCP's own packets replayed into its FIFOs (every TCP segment
+and ACK that entered a worker link's queue in ns-3, `ns3net.write_cross_traces`, consumed
+by `ina.netem.CrossTrace`), which occupy the buffer as they did in ns-3. The replay is open
+loop: the segments arrive when they did in ns-3, whatever the fast engine's INA packets do.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ina import topology
 from ina.sim import allreduce as sim_allreduce
 from ina.sim.network import LinkSpec, NetworkSpec, capacity_model
 
@@ -43,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--episodes",
         default="episodes:on_s=400e-6:off_s=50e-6:fixed=1",
         help="cross traffic schedule on the downlinks (the switch's ports)",
+    )
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="the tree of the two-level scenario (default: two leaves of --workers / 2 "
+        "workers under one spine, as bmv2_topologies/two_level_2x2.json)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -79,10 +93,16 @@ def scenarios(args) -> dict[str, NetworkSpec]:
         rto_s=1e-3,
         min_rto_s=200e-6,
     )
+    if getattr(args, "topology", None):
+        fabric = topology.load(args.topology)
+    else:
+        per_leaf = max(args.workers // 2, 1)
+        fabric = topology.parse(topology.two_level(2, per_leaf), f"two_level_2x{per_leaf}")
     return {
         "bottleneck": base,
         "bottleneck + TCP": replace(base, down=replace(link, capacity=args.episodes)),
         f"loss {args.loss:g}": base.with_links(loss=args.loss),
+        f"tree {fabric.name}": replace(base, workers=len(fabric.workers), topology=fabric),
     }
 
 
