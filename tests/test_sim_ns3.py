@@ -107,7 +107,8 @@ def test_ns3_tcp_replayed_into_the_fast_engine_reproduces_ns3(tmp_path):
     ns3 = run(replace(s, backend="ns3"), size=20_000)
     traces = ns3net.write_cross_traces(tmp_path)
     down = ns3net.cross_arrivals("down")
-    assert all(t.size > 100 and (sizes > 1000).mean() > 0.9 for t, sizes in down)  # segments
+    # full segments carry most of the bytes (the rest: handshakes, FINs of each episode's flow)
+    assert all(t.size > 100 and sizes[sizes > 1000].sum() > 0.9 * sizes.sum() for t, sizes in down)
     assert all((sizes < 100).all() for _, sizes in ns3net.cross_arrivals("up"))  # their ACKs
     replay = replace(
         s,
