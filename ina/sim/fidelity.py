@@ -19,6 +19,8 @@ ahead of INA's packets; and as TCP's own packets replayed into its FIFOs (every 
 and ACK that entered a worker link's queue in ns-3, `ns3net.write_cross_traces`, consumed
 by `ina.netem.CrossTrace`), which occupy the buffer as they did in ns-3. The replay is open
 loop: the segments arrive when they did in ns-3, whatever the fast engine's INA packets do.
+A third row gives it packets without TCP's dynamics: constant-rate 1,502-byte packets at the
+rate TCP took, in the same episodes (`ina.netem.CrossEpisodes`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from ina import topology
 from ina.sim import allreduce as sim_allreduce
 from ina.sim.network import LinkSpec, NetworkSpec, capacity_model
 
-TCP_WIRE = (1448 + 52 + 2) / 1448  # a TCP segment's bytes on the wire per byte of payload
+TCP_FRAME = 1448 + 52 + 2  # a full TCP segment on the wire in ns-3 (IPv4, TCP + timestamps, PPP)
+TCP_WIRE = TCP_FRAME / 1448  # a TCP segment's bytes on the wire per byte of payload
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the tree of the two-level scenario (default: two leaves of --workers / 2 "
         "workers under one spine, as bmv2_topologies/two_level_2x2.json)",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=SHORT,
+        help="run only this scenario (repeatable; default: all)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -118,6 +127,7 @@ def tcp_share(spec: NetworkSpec, ns3_result: dict, cross_bytes: int) -> float:
     return float(min(max(1 - tcp_rate / spec.down.rate_bps, 0.01), 1.0))
 
 
+SHORT = ("bottleneck", "tcp", "loss", "tree")  # --scenario names, in `scenarios` order
 PER_PACKET = 1e-9  # the fast engine's lookahead for one packet per event, as ns-3 delivers
 
 
@@ -134,8 +144,17 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     if not spec.down.capacity:
         return [("fast", spec, None), ("fast, 1 packet/event", spec, PER_PACKET)]
     share = tcp_share(spec, ns3_result, int(ns3net.load().CrossBytes()))
-    shared = replace(
-        spec, down=replace(spec.down, capacity=f"{spec.down.capacity}:share={share:.4f}")
+    episodes = spec.down.capacity
+    shared = replace(spec, down=replace(spec.down, capacity=f"{episodes}:share={share:.4f}"))
+    # the same episodes, as packets of TCP's size at the rate TCP took (open loop, no sawtooth)
+    tcp_rate = (1 - share) * spec.down.rate_bps
+    steady = replace(
+        spec,
+        down=replace(
+            spec.down,
+            capacity=None,
+            cross=episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}:size={TCP_FRAME}", 1),
+        ),
     )
     replay = replace(
         spec,
@@ -144,6 +163,7 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     )
     return [
         (f"fast, share {share:.3f}", shared, None),
+        ("fast, constant-rate packets", steady, None),
         ("fast, TCP replayed", replay, None),
         ("fast, TCP replayed, 1 packet/event", replay, PER_PACKET),
     ]
@@ -155,7 +175,9 @@ def compare(args) -> list[dict]:
     rows = []
     keep = getattr(args, "cross_dir", None)
     with tempfile.TemporaryDirectory(prefix="ina-fidelity-") as tmp:
-        for name in scenarios(args):
+        for short, name in zip(SHORT, scenarios(args), strict=True):
+            if args.scenario and short not in args.scenario:
+                continue
             runs: dict[str, list[dict]] = {}
             for seed in range(args.seed, args.seed + args.seeds):
                 spec = scenarios(argparse.Namespace(**{**vars(args), "seed": seed}))[name]
