@@ -71,6 +71,14 @@ class _Draws:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def _read_text(path: str | Path) -> str:
+    """A trace file's text; a file that cannot be read is a ValueError (a one-line error)."""
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read trace {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
 class DelayModel(abc.ABC):
     """Propagation delay of each packet, in seconds, given the packets' admission times."""
 
@@ -204,7 +212,7 @@ class TraceDelay(DelayModel):
     one line per packet in admission order, looped."""
 
     def __init__(self, path: str | Path) -> None:
-        lines = (line.partition("#")[0].strip() for line in Path(path).read_text().splitlines())
+        lines = (line.partition("#")[0].strip() for line in _read_text(path).splitlines())
         values = np.array([float(line) for line in lines if line])
         if len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError(f"{path}: a delay trace needs one finite delay >= 0 (ms) per line")
@@ -226,7 +234,7 @@ def read_timeline(path: str | Path, column: int, what: str) -> tuple[np.ndarray,
     line's time is the period after which it repeats. A capacity/delay trace is one such
     file: the capacity reads column 1, the delay column 2."""
     rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
         line = line.partition("#")[0].strip()
         if not line:
             continue
@@ -416,7 +424,7 @@ class CrossTrace(CrossTraffic):
 
     def __init__(self, path: str | Path, link: int | None = None) -> None:
         rows = []
-        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        for n, line in enumerate(_read_text(path).splitlines(), 1):
             line = line.partition("#")[0].strip()
             if not line:
                 continue

@@ -345,6 +345,8 @@ def test_cross_packets_queue_ahead_of_ours_and_fill_the_buffer(tmp_path):
     with pytest.raises(ValueError, match="TIME_S BYTES"):
         (tmp_path / "bad.txt").write_text("0 1000 0 7\n")
         CrossTrace(tmp_path / "bad.txt")
+    with pytest.raises(ValueError, match="cannot read"):
+        CrossTrace(tmp_path / "missing.txt")
 
 
 def test_cross_episodes_send_at_their_rate_while_on():
