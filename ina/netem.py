@@ -420,7 +420,8 @@ class CrossTrace(CrossTraffic):
     """Replays recorded cross-traffic arrivals: lines ``TIME_S BYTES [LINK]`` (``#``
     comments, commas allowed), times nondecreasing. With a LINK column a link replays only
     its own lines (``link``: its index, e.g. the worker's) and the lines without one; a
-    link given no index replays every line. Nothing arrives after the last line (a recording of one run, not looped)."""
+    link given no index replays every line. Nothing arrives after the last line (a recording
+    of one run, not looped)."""
 
     def __init__(self, path: str | Path, link: int | None = None) -> None:
         rows = []
@@ -482,7 +483,7 @@ class LinkEmulator:
             raise ValueError(f"loss must be in [0, 1), got {loss}")
         if buffer_bytes is not None and not buffer_bytes > 0:
             raise ValueError(f"buffer_bytes must be > 0 or None, got {buffer_bytes}")
-        if (buffer_bytes is not None or capacity or cross) and rate_bps is None:
+        if rate_bps is None and not (buffer_bytes is None and capacity is None and cross is None):
             raise ValueError("a buffer, a capacity model or cross traffic needs a link rate")
         # Hyperparameters.
         self.delay = delay if delay is not None else ConstantDelay(0.0)
