@@ -40,6 +40,8 @@ from ina.sim.network import LinkSpec, NetworkSpec, capacity_model
 
 TCP_FRAME = 1448 + 52 + 2  # a full TCP segment on the wire in ns-3 (IPv4, TCP + timestamps, PPP)
 TCP_WIRE = TCP_FRAME / 1448  # a TCP segment's bytes on the wire per byte of payload
+SHORT = ("bottleneck", "tcp", "loss", "tree")  # --scenario names, in `scenarios` order
+PER_PACKET = 1e-9  # the fast engine's lookahead for one packet per event, as ns-3 delivers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,10 +129,6 @@ def tcp_share(spec: NetworkSpec, ns3_result: dict, cross_bytes: int) -> float:
     return float(min(max(1 - tcp_rate / spec.down.rate_bps, 0.01), 1.0))
 
 
-SHORT = ("bottleneck", "tcp", "loss", "tree")  # --scenario names, in `scenarios` order
-PER_PACKET = 1e-9  # the fast engine's lookahead for one packet per event, as ns-3 delivers
-
-
 def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> list[tuple]:
     """The fast-engine runs to compare with one ns-3 run: (label, spec, lookahead_s).
 
@@ -144,7 +142,7 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     if not spec.down.capacity:
         return [("fast", spec, None), ("fast, 1 packet/event", spec, PER_PACKET)]
     share = tcp_share(spec, ns3_result, int(ns3net.load().CrossBytes()))
-    episodes = spec.down.capacity
+    episodes = re.sub(r":share=[^:]*", "", spec.down.capacity)  # ns-3 ignores the share
     shared = replace(spec, down=replace(spec.down, capacity=f"{episodes}:share={share:.4f}"))
     # the same episodes, as packets of TCP's size at the rate TCP took (open loop, no sawtooth)
     tcp_rate = (1 - share) * spec.down.rate_bps
