@@ -97,6 +97,11 @@ struct Arrivals {
 };
 std::vector<Arrivals> watched; // by watch id: one per device (queue) of a Connect
 int64_t next_stream = 0;       // RNG streams of the error models, fixed per build (see Connect)
+uint64_t lost = 0;             // packets the error models dropped (random loss)
+
+void OnLost(Ptr<const Packet>) { lost++; }
+
+uint64_t Lost() { return lost; }
 
 void OnMacTx(uint32_t watch, Ptr<const Packet> p) {
   uint8_t b[12];
@@ -144,6 +149,7 @@ std::vector<uint32_t> Connect(Ptr<Node> a, Ptr<Node> b, double rate_a, double ra
       // process simulated before
       em->AssignStreams(next_stream++);
       dev->SetReceiveErrorModel(em);
+      dev->TraceConnectWithoutContext("PhyRxDrop", MakeCallback(&OnLost));
     }
   }
   uint32_t watch[2];
@@ -197,6 +203,7 @@ void Reset() {
   sinks.clear();
   watched.clear();
   next_stream = 0;
+  lost = 0;
   Simulator::Destroy();
 }
 
