@@ -146,14 +146,11 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     shared = replace(spec, down=replace(spec.down, capacity=f"{episodes}:share={share:.4f}"))
     # the same episodes, as packets of TCP's size at the rate TCP took (open loop, no sawtooth)
     tcp_rate = (1 - share) * spec.down.rate_bps
-    steady = replace(
-        spec,
-        down=replace(
-            spec.down,
-            capacity=None,
-            cross=episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}:size={TCP_FRAME}", 1),
-        ),
-    )
+    steady = []
+    if tcp_rate > 0:  # (a short run may end before TCP got going)
+        cross = episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}:size={TCP_FRAME}", 1)
+        down = replace(spec.down, capacity=None, cross=cross)
+        steady = [("fast, constant-rate packets", replace(spec, down=down), None)]
     replay = replace(
         spec,
         up=replace(spec.up, capacity=None, cross=f"trace:{traces['up']}"),
@@ -161,7 +158,7 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     )
     return [
         (f"fast, share {share:.3f}", shared, None),
-        ("fast, constant-rate packets", steady, None),
+        *steady,
         ("fast, TCP replayed", replay, None),
         ("fast, TCP replayed, 1 packet/event", replay, PER_PACKET),
     ]
