@@ -130,6 +130,7 @@ def describe(spec: NetworkSpec) -> str:
         f"buffer {up.buffer_bytes:g} B" if up.buffer_bytes else "",
         f"capacity {up.capacity}" if up.capacity else "",
         f"cross traffic {up.cross}" if up.cross else "",
+        f"downlink cross traffic {down.cross}" if down.cross and down.cross != up.cross else "",
     ]
     tree = "" if spec.topology is None else f"topology {spec.topology.name}, "
     return (
