@@ -15,7 +15,10 @@ A packet goes through three stages, in this order:
    ``departure = max(now, link_free_at) + nbytes * 8 / rate_bps``. Queueing delay therefore
    grows with the offered load: the signal DC2 reacts to. With ``buffer_bytes`` the queue is
    finite and a packet that does not fit is dropped (tail drop); with a `CapacityModel`
-   cross traffic takes a share of the rate for a while (episodes, or a replayed trace).
+   cross traffic takes a share of the rate for a while (episodes, or a replayed trace); with
+   `CrossTraffic` the cross traffic's own packets enter the same FIFO (a constant-rate
+   schedule in episodes, or a replayed arrival trace such as the ns-3 backend records): they
+   take the link's time and its buffer, so ours queue behind them as on a shared port.
 3. **Propagation delay** from the link's `DelayModel` (constant, low or high variation, or a
    replayed trace): ``release = departure + delay``. Links are FIFO: unless built with
    ``reorder=True``, a packet never leaves before the one admitted ahead of it (``release`` is
@@ -66,6 +69,14 @@ class _Draws:
             n -= len(part)
             parts.append(part)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _read_text(path: str | Path) -> str:
+    """A trace file's text; a file that cannot be read is a ValueError (a one-line error)."""
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read trace {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
 class DelayModel(abc.ABC):
@@ -201,7 +212,7 @@ class TraceDelay(DelayModel):
     one line per packet in admission order, looped."""
 
     def __init__(self, path: str | Path) -> None:
-        lines = (line.partition("#")[0].strip() for line in Path(path).read_text().splitlines())
+        lines = (line.partition("#")[0].strip() for line in _read_text(path).splitlines())
         values = np.array([float(line) for line in lines if line])
         if len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError(f"{path}: a delay trace needs one finite delay >= 0 (ms) per line")
@@ -223,7 +234,7 @@ def read_timeline(path: str | Path, column: int, what: str) -> tuple[np.ndarray,
     line's time is the period after which it repeats. A capacity/delay trace is one such
     file: the capacity reads column 1, the delay column 2."""
     rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
         line = line.partition("#")[0].strip()
         if not line:
             continue
@@ -355,6 +366,90 @@ class CapacityTrace(CapacityModel):
         return float(self.shares[i]) if a <= b and i == j else None
 
 
+class CrossTraffic(abc.ABC):
+    """Cross traffic as packets: their arrivals at a link's FIFO, which they share with ours.
+
+    Unlike a `CapacityModel` (a share of the rate taken away, a fluid), these packets sit in
+    the queue ahead of ours and fill its buffer: a TCP flow that keeps the port's buffer full
+    delays every packet of ours behind its standing queue, which a share does not. They are
+    tail-dropped like ours when the buffer is full, and take no loss draw or delay of ours.
+    The arrivals are open loop: they do not react to our traffic (a trace of a closed-loop
+    flow, e.g. TCP recorded by the ns-3 backend, replays what that flow did there)."""
+
+    @abc.abstractmethod
+    def arrivals(self, until: float) -> tuple[np.ndarray, np.ndarray]:
+        """Times and sizes (bytes on the wire) of the packets arriving at or before ``until``
+        that earlier calls did not return, in time order."""
+
+
+class CrossEpisodes(CrossTraffic):
+    """Constant-rate cross traffic while episodes are on: packets of ``size`` bytes every
+    ``size * 8 / rate_bps`` seconds from each episode's start to its end (the episodes of a
+    `CapacityEpisodes` schedule: ``on_s``, ``off_s``, ``fixed``, ``seed``, ``epoch``)."""
+
+    def __init__(self, rate_bps: float, size: float, episodes: CapacityEpisodes) -> None:
+        if not (rate_bps > 0 and size > 0):
+            raise ValueError("cross traffic needs a rate > 0 and a packet size > 0")
+        self.rate_bps, self.size, self.episodes = rate_bps, size, episodes
+        self._next = -math.inf  # the next packet not yet returned
+
+    def arrivals(self, until: float) -> tuple[np.ndarray, np.ndarray]:
+        gap = self.size * 8 / self.rate_bps
+        starts, ends = self.episodes.episodes_until(until)
+        times = []
+        i = int(np.searchsorted(ends, self._next, side="right"))  # episodes not yet over
+        for start, end in zip(starts[i:].tolist(), ends[i:].tolist(), strict=True):
+            if start > until:
+                break
+            first = max(start, self._next)
+            k0 = math.ceil((first - start) / gap - 1e-9)
+            last = min(end, np.nextafter(until, math.inf))  # until itself is included
+            k1 = math.ceil((last - start) / gap - 1e-9)
+            if k1 > k0:
+                times.append(start + gap * np.arange(k0, k1))
+        if not times:
+            return np.zeros(0), np.zeros(0)
+        t = np.concatenate(times)
+        t = t[t <= until]
+        if t.size:
+            self._next = float(t[-1]) + gap * (1 - 1e-9)
+        return t, np.full(t.size, float(self.size))
+
+
+class CrossTrace(CrossTraffic):
+    """Replays recorded cross-traffic arrivals: lines ``TIME_S BYTES [LINK]`` (``#``
+    comments, commas allowed), times nondecreasing. With a LINK column a link replays only
+    its own lines (``link``: its index, e.g. the worker's) and the lines without one; a
+    link given no index replays every line. Nothing arrives after the last line (a recording
+    of one run, not looped)."""
+
+    def __init__(self, path: str | Path, link: int | None = None) -> None:
+        rows = []
+        for n, line in enumerate(_read_text(path).splitlines(), 1):
+            line = line.partition("#")[0].strip()
+            if not line:
+                continue
+            parts = line.replace(",", " ").split()
+            try:
+                if len(parts) not in (2, 3):
+                    raise ValueError
+                rows.append([float(x) for x in parts] + ([-1.0] if len(parts) == 2 else []))
+            except ValueError:
+                raise ValueError(f"{path}:{n}: need 'TIME_S BYTES [LINK]', got {line!r}") from None
+        t, size, which = np.array(rows, dtype=np.float64).reshape(-1, 3).T
+        if np.any(np.diff(t) < 0) or not np.all(np.isfinite(t)) or np.any(size <= 0):
+            raise ValueError(f"{path}: times must not decrease and every size be > 0 bytes")
+        mine = (which < 0) | (which == link) if link is not None else np.ones(t.size, bool)
+        self.times, self.sizes = t[mine], size[mine]
+        self._pos = 0
+
+    def arrivals(self, until: float) -> tuple[np.ndarray, np.ndarray]:
+        end = int(np.searchsorted(self.times, until, side="right"))
+        t, s = self.times[self._pos : end], self.sizes[self._pos : end]
+        self._pos = max(self._pos, end)
+        return t, s
+
+
 class LinkEmulator:
     """One direction of one link: loss, a FIFO queue served at ``rate_bps`` (or the share of
     it that ``capacity`` leaves), then delay; FIFO delivery by default.
@@ -368,6 +463,7 @@ class LinkEmulator:
         buffer_bytes: the queue's size (packets waiting plus the one being sent); a packet
             that does not fit is dropped (tail drop). None: unbounded.
         capacity: cross traffic over time (`CapacityModel`); None: the whole rate.
+        cross: cross traffic's packets in the same FIFO (`CrossTraffic`); None: none.
     """
 
     def __init__(
@@ -379,6 +475,7 @@ class LinkEmulator:
         seed: int | np.random.SeedSequence = 0,
         buffer_bytes: float | None = None,
         capacity: CapacityModel | None = None,
+        cross: CrossTraffic | None = None,
     ) -> None:
         if rate_bps is not None and not rate_bps > 0:
             raise ValueError(f"rate_bps must be > 0 or None, got {rate_bps}")
@@ -386,8 +483,8 @@ class LinkEmulator:
             raise ValueError(f"loss must be in [0, 1), got {loss}")
         if buffer_bytes is not None and not buffer_bytes > 0:
             raise ValueError(f"buffer_bytes must be > 0 or None, got {buffer_bytes}")
-        if (buffer_bytes is not None or capacity is not None) and rate_bps is None:
-            raise ValueError("a buffer or a capacity model needs a link rate")
+        if rate_bps is None and not (buffer_bytes is None and capacity is None and cross is None):
+            raise ValueError("a buffer, a capacity model or cross traffic needs a link rate")
         # Hyperparameters.
         self.delay = delay if delay is not None else ConstantDelay(0.0)
         self.rate_bps = rate_bps
@@ -395,6 +492,7 @@ class LinkEmulator:
         self.reorder = reorder
         self.buffer_bytes = buffer_bytes
         self.capacity = capacity
+        self.cross = cross
         # Internal state.
         self._uniform = _Draws(np.random.default_rng(seed), "uniform")
         self._free_at = -math.inf  # when the serializer finishes the last admitted packet
@@ -406,6 +504,8 @@ class LinkEmulator:
         self.dropped = 0  # lost (random loss) or tail-dropped
         self.overflows = 0  # tail drops of a full buffer
         self.bytes = 0  # bytes of the packets not dropped
+        self.cross_packets = 0  # cross traffic's packets that arrived (`CrossTraffic`)
+        self.cross_dropped = 0  # ... and were tail-dropped
 
     def admit(self, now: float, nbytes: int) -> float | None:
         """Release time of one packet admitted at ``now``, or None if it is dropped."""
@@ -431,6 +531,7 @@ class LinkEmulator:
             and self.loss == 0
             and self.buffer_bytes is None
             and self.capacity is None
+            and self.cross is None
             and times.ndim == 1
             and times.size
             and isinstance(nbytes, np.ndarray)
@@ -468,7 +569,7 @@ class LinkEmulator:
         self.dropped += len(times) - len(t)
         if len(t) == 0:
             return release
-        departure = self._serialize(t, size)
+        departure = self._serialize(t, size) if self.cross is None else self._among_cross(t, size)
         queued = ~np.isnan(departure)  # not tail-dropped
         self.overflows += int((~queued).sum())
         self.dropped += int((~queued).sum())
@@ -483,6 +584,21 @@ class LinkEmulator:
         idx = np.flatnonzero(kept) if isinstance(kept, np.ndarray) else np.arange(len(times))
         release[idx] = out
         return release
+
+    def _among_cross(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """`_serialize` with the cross traffic that arrived up to our last packet merged in,
+        in time order (cross traffic first on a tie): our packets' departures."""
+        ct, cs = self.cross.arrivals(float(t[-1]))
+        if not ct.size:
+            return self._serialize(t, size)
+        order = np.argsort(np.concatenate([ct, t]), kind="stable")
+        ours = order >= ct.size
+        departure = self._serialize(
+            np.concatenate([ct, t])[order], np.concatenate([cs, size])[order]
+        )
+        self.cross_packets += ct.size
+        self.cross_dropped += int(np.isnan(departure[~ours]).sum())
+        return departure[ours]
 
     def _serialize(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
         """Departure times through the queue (NaN: tail-dropped)."""
@@ -620,6 +736,7 @@ def make_link(
     reorder: bool = False,
     buffer_bytes: float | None = None,
     capacity: CapacityModel | None = None,
+    cross: CrossTraffic | None = None,
     **delay_params: float,
 ) -> LinkEmulator:
     """A link with the named delay profile (``none``, ``constant``, ``low``, ``high``,
@@ -636,4 +753,4 @@ def make_link(
         delay = factory(delay_seed, **params)
     except TypeError as e:  # a parameter this profile does not have
         raise ValueError(f"link profile {name!r}: {e}") from None
-    return LinkEmulator(delay, rate_bps, loss, reorder, loss_seed, buffer_bytes, capacity)
+    return LinkEmulator(delay, rate_bps, loss, reorder, loss_seed, buffer_bytes, capacity, cross)

@@ -320,3 +320,74 @@ def test_a_timeline_that_does_not_parse_is_a_one_line_error(tmp_path):
     path.write_text("0 1.0 -1\n2 1 0\n")
     with pytest.raises(ValueError, match="delays must be >= 0"):
         TimelineDelay(path)
+
+
+# -- cross traffic as packets in the same FIFO ---------------------------------------------------
+
+
+def test_cross_packets_queue_ahead_of_ours_and_fill_the_buffer(tmp_path):
+    from ina.netem import CrossTrace
+
+    path = tmp_path / "cross.txt"
+    # three 1000-byte cross packets at 0 on link 0, one on link 1 (not ours), one without a
+    # link column (every link's)
+    path.write_text("# TIME_S BYTES [LINK]\n0 1000 0\n0 1000 0\n0 1000 0\n0 1000 1\n0.01 500\n")
+    link = LinkEmulator(rate_bps=8e6, cross=CrossTrace(path, link=0))  # 1 ms per 1000 B
+    # ours arrives 0.5 ms later: behind 3 ms of cross traffic, then its own 1 ms
+    assert link.admit(0.0005, 1000) == pytest.approx(0.004)
+    assert link.cross_packets == 3 and link.cross_dropped == 0
+    assert link.admit(0.0101, 1000) == pytest.approx(0.0105 + 0.001)  # behind the 500 B one
+    # a buffer of 2.5 packets: the third cross packet is tail-dropped, and ours with it
+    small = LinkEmulator(rate_bps=8e6, buffer_bytes=2500, cross=CrossTrace(path, link=0))
+    assert small.admit(0.0005, 1000) is None
+    assert small.cross_dropped == 1 and small.overflows == 1
+    assert small.admit(0.0015, 1000) == pytest.approx(0.003)  # one left: 1 ms, then ours
+    with pytest.raises(ValueError, match="TIME_S BYTES"):
+        (tmp_path / "bad.txt").write_text("0 1000 0 7\n")
+        CrossTrace(tmp_path / "bad.txt")
+    with pytest.raises(ValueError, match="cannot read"):
+        CrossTrace(tmp_path / "missing.txt")
+
+
+def test_cross_episodes_send_at_their_rate_while_on():
+    from ina.netem import CapacityEpisodes, CrossEpisodes
+
+    # 1000-byte packets every 2 ms (4 Mbit/s) in episodes [1, 2), [3, 4), ...
+    cross = CrossEpisodes(4e6, 1000, CapacityEpisodes(1.0, on_s=1.0, off_s=1.0, fixed=True))
+    t, s = cross.arrivals(1.0105)
+    np.testing.assert_allclose(t, 1 + 2e-3 * np.arange(6))
+    assert np.all(s == 1000)
+    t2, _ = cross.arrivals(3.003)  # the rest of the first episode, two of the second
+    assert t2.size == 494 + 2 and t2[0] == pytest.approx(1.012) and t2[-1] == pytest.approx(3.002)
+    assert cross.arrivals(3.003)[0].size == 0  # nothing twice
+    # on an 8 Mbit/s link (1 ms per packet): ours, one per ms from 1.0005 for 1 s, share the
+    # FIFO with the cross packets; the link is busy with both until all 1.5 s of work is done
+    link = LinkEmulator(
+        rate_bps=8e6,
+        cross=CrossEpisodes(4e6, 1000, CapacityEpisodes(1.0, on_s=1.0, off_s=1.0, fixed=True)),
+    )
+    assert link.admit(1.0005, 1000) == pytest.approx(1.002)  # behind the one at 1.0
+    out = link.admit_batch(1.0015 + 1e-3 * np.arange(999), 1000)
+    assert out[-1] == pytest.approx(2.5) and link.cross_packets == 500
+
+
+def test_cross_traffic_gives_the_same_releases_in_one_batch_and_one_by_one(tmp_path):
+    from ina.netem import CrossTrace
+
+    rng = np.random.default_rng(9)
+    ct = np.sort(rng.uniform(0, 1.8, 1500))  # with ours, ~1.4x the link: the buffer fills
+    path = tmp_path / "cross.txt"
+    sizes = rng.integers(60, 1500, 1500)
+    path.write_text("".join(f"{t:.17g} {b}\n" for t, b in zip(ct, sizes, strict=True)))
+    times = np.cumsum(rng.exponential(1.2e-3, 1500))
+    kw = dict(rate_bps=8e6, buffer_bytes=15_000)
+    batched, single = (
+        LinkEmulator(**kw, cross=CrossTrace(path)),
+        LinkEmulator(**kw, cross=CrossTrace(path)),
+    )
+    a = np.concatenate([batched.admit_batch(times[i : i + 61], 900) for i in range(0, 1500, 61)])
+    b = np.array([single.admit(t, 900) or np.nan for t in times])
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)])
+    assert batched.overflows == single.overflows > 0
+    assert batched.cross_dropped == single.cross_dropped > 0

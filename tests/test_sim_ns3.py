@@ -60,18 +60,7 @@ def test_ns3_and_the_fast_engine_fed_one_packet_per_event_agree_under_tail_drop(
     s = replace(s, min_rto_s=200e-6)
     ns3 = run(replace(s, backend="ns3"), size=50_000)
 
-    def one_per_event(spec: NetworkSpec):
-        net = build(spec)
-        for node in [*net.workers, net.switch]:
-            node.lookahead = 1e-9
-        return net
-
-    original = sim_allreduce.build
-    sim_allreduce.build = one_per_event
-    try:
-        fast = run(s, size=50_000)
-    finally:
-        sim_allreduce.build = original
+    fast = sim_allreduce.run(s, 50_000, 2, seed=1, lookahead_s=1e-9)  # one packet per event
     assert ns3["exact"] and fast["exact"]
     assert ns3["retransmissions"] == fast["retransmissions"] > 0  # tail drops happened
     for a, b in zip(ns3["call_seconds"], fast["call_seconds"], strict=True):
@@ -93,3 +82,79 @@ def test_ns3_backend_rejects_what_it_does_not_model():
         build(NetworkSpec(backend="ns3").with_links(profile="low"))
     with pytest.raises(ValueError, match="timing-only"):
         build(NetworkSpec(backend="ns3", timing_only=True))
+
+
+def test_ns3_tcp_replayed_into_the_fast_engine_reproduces_ns3(tmp_path):
+    """ns-3's TCP cross traffic, recorded as it entered each worker link's queue and replayed
+    into the fast engine's FIFOs (`ina.netem.CrossTrace`), gives the fast engine fed one
+    packet per event ns-3's run: the same tail drops (retransmissions), call times and
+    queueing delays. (With its lookahead batching it differs: docs/simulation.md.)"""
+    link = LinkSpec(rate_bps=1e9, prop_delay_s=5e-6, buffer_bytes=64_000)
+    tcp = replace(link, capacity="episodes:on_s=200e-6:off_s=100e-6:fixed=1")
+    s = NetworkSpec(workers=3, lanes=64, pool_size=16, seed=3, up=link, down=tcp, rto_s=1e-3)
+    s = replace(s, min_rto_s=200e-6)
+    ns3 = run(replace(s, backend="ns3"), size=20_000)
+    traces = ns3net.write_cross_traces(tmp_path)
+    down = ns3net.cross_arrivals("down")
+    # full segments carry most of the bytes (the rest: handshakes, FINs of each episode's flow)
+    assert all(t.size > 100 and sizes[sizes > 1000].sum() > 0.9 * sizes.sum() for t, sizes in down)
+    assert all((sizes < 100).all() for _, sizes in ns3net.cross_arrivals("up"))  # their ACKs
+    replay = replace(
+        s,
+        up=replace(s.up, cross=f"trace:{traces['up']}"),
+        down=replace(s.down, capacity=None, cross=f"trace:{traces['down']}"),
+    )
+    fast = sim_allreduce.run(replay, 20_000, 2, seed=1, lookahead_s=1e-9)
+    assert ns3["exact"] and fast["exact"]
+    assert fast["retransmissions"] == ns3["retransmissions"] > 0  # INA packets tail-dropped
+    for a, b in zip(ns3["call_seconds"], fast["call_seconds"], strict=True):
+        assert a == pytest.approx(b, rel=1e-3)
+    for key in ("queue_delay_up_s", "queue_delay_down_s"):
+        assert fast[key] == pytest.approx(ns3[key], rel=1e-3)
+
+
+def two_level(loss: float = 0.0) -> NetworkSpec:
+    from ina import topology
+
+    fabric = topology.parse(topology.two_level(2, 2), "two_level_2x2")
+    link = LinkSpec(rate_bps=10e9, prop_delay_s=5e-6, buffer_bytes=200_000, loss=loss)
+    s = NetworkSpec(workers=4, topology=fabric, lanes=256, pool_size=64, up=link, down=link)
+    return replace(s, rto_s=1e-3, min_rto_s=200e-6)
+
+
+def test_ns3_two_level_tree_sums_exactly_and_matches_the_fast_engine():
+    """Hierarchical aggregation on ns-3: leaf switches (the same `Pipeline`, with their
+    parent_table entries) send partial sums up over ns-3 links to the spine; lossless, the
+    same call times as the fast engine's tree; with loss on every link, leaf-spine ones
+    included, every sum still exact."""
+    s = two_level()
+    ns3 = run(replace(s, backend="ns3"), size=20_000)
+    fast = run(s, size=20_000)
+    assert ns3["exact"] and fast["exact"]
+    assert ns3["packets_on_links"] == fast["packets_on_links"]
+    for a, b in zip(ns3["call_seconds"], fast["call_seconds"], strict=True):
+        assert a == pytest.approx(b, rel=1e-3)
+    lossy = run(replace(two_level(loss=0.02), backend="ns3"), size=20_000)
+    assert lossy["exact"] and lossy["retransmissions"] > 0
+
+
+def test_ina_sim_fidelity_prints_every_scenario(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "ina", "sim", "fidelity", "--size", "5000", "--iters", "1"]
+    r = subprocess.run(
+        [*cmd, "--cross-dir", str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr
+    for row in (
+        "| bottleneck | ns-3 |",
+        "| bottleneck + TCP | fast, TCP replayed, 1 packet/event |",
+        "| loss 0.001 | fast |",
+        "| tree two_level_2x2 | ns-3 |",
+        "| tree two_level_2x2 | fast, 1 packet/event |",
+    ):
+        assert row in r.stdout
+    assert (tmp_path / "bottleneck-tcp-seed0" / "cross_down.txt").stat().st_size > 0
+    bad = subprocess.run([*cmd, "--seeds", "0"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -87,6 +87,8 @@ def test_compressed_and_dc2_training_run_in_simulation(tmp_path):
         (["--link-rate", "fast"], "--link-rate 'fast' does not parse"),
         (["--prop-delay=-1us"], "propagation delay"),
         (["--capacity", "episodes:share=0"], "share must be in (0, 1]"),
+        (["--cross", "episodes:on_s=1"], "needs its rate"),
+        (["--cross", "trace:/nonexistent/cross.txt"], "cannot read trace"),
         (["--check-sync"], "one model for all workers"),
     ],
 )

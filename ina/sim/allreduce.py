@@ -90,10 +90,16 @@ def run(
     density: float = 1.0,
     seed: int = 0,
     codec_time: Callable[[float], float] = lambda wall: 0.0,
+    lookahead_s: float | None = None,
 ) -> dict:
-    """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker;
-    ``codec_time`` charges the workers' own code (see `ina.sim.compute.CodecModel`)."""
+    """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker.
+    ``codec_time`` charges the workers' own code (see `ina.sim.compute.CodecModel`);
+    ``lookahead_s`` caps every node's lookahead (1e-9: one packet per event, as the ns-3
+    backend delivers them; `ina sim fidelity` uses it to tell batching from modelling)."""
     net = build(spec, codec_time)
+    if lookahead_s is not None:
+        for node in [*net.workers, *(net.switches.values() or [net.switch])]:
+            node.lookahead = min(node.lookahead, lookahead_s)
     workers = workers_for(net, density)
     rng = np.random.default_rng(seed)
     tensors = [rng.standard_normal(size).astype(np.float32) for _ in net.workers]

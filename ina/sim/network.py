@@ -36,6 +36,9 @@ from ina.netem import (
     CapacityEpisodes,
     CapacityModel,
     CapacityTrace,
+    CrossEpisodes,
+    CrossTrace,
+    CrossTraffic,
     LinkEmulator,
     OffsetDelay,
     make_link,
@@ -71,7 +74,9 @@ class LinkSpec:
     ``profile`` is an `ina.netem` delay profile (``none``, ``constant``, ``low``, ``high``,
     ``trace:PATH``, with parameters) added to the propagation delay; ``capacity`` is cross
     traffic: ``episodes:share=0.1:on_s=1:off_s=3[:fixed=1][:seed=N]`` or
-    ``trace:PATH`` (see `capacity_model`).
+    ``trace:PATH`` (see `capacity_model`): a share of the rate taken away; ``cross`` is cross
+    traffic as packets in the link's FIFO: ``episodes:rate=R:size=B:on_s=A:off_s=B[:fixed=1]
+    [:seed=N]`` or ``trace:PATH`` (lines ``TIME_S BYTES [LINK]``, see `cross_model`).
     """
 
     rate_bps: float | None = 100e9
@@ -80,6 +85,7 @@ class LinkSpec:
     loss: float = 0.0
     buffer_bytes: float | None = None
     capacity: str | None = None
+    cross: str | None = None
 
     def __post_init__(self) -> None:
         if self.rate_bps is not None and not self.rate_bps > 0:
@@ -93,6 +99,10 @@ class LinkSpec:
         parse_profile(self.profile)  # a profile that does not parse is an error now
         if self.capacity is not None:
             capacity_model(self.capacity, seed=0)
+        if self.cross is not None:
+            if self.rate_bps is None:
+                raise ValueError("cross traffic needs a link rate")
+            cross_model(self.cross, seed=0)
 
 
 @dataclass(frozen=True)
@@ -164,8 +174,6 @@ class NetworkSpec:
         if self.topology is not None:
             if self.timing_only:
                 representative_tree(self.topology)  # only a symmetric tree (ValueError)
-            if self.backend != "fast":
-                raise ValueError("a topology's tree runs on the fast engine (--backend fast)")
             if self.jobs != 1:
                 raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
             if self.workers != len(self.topology.workers):
@@ -217,6 +225,23 @@ class NetworkSpec:
         return replace(self, up=replace(self.up, **changes), down=replace(self.down, **changes))
 
 
+def _params(text: str, rest: str, known: set[str], what: str) -> dict[str, float]:
+    """``NAME=NUMBER`` items of ``rest`` (``:``-separated); numbers may carry SI units."""
+    params: dict[str, float] = {}
+    for item in (i for i in rest.split(":") if i):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            params[key] = float(units.rate(value)) if key == "rate" else float(value)
+        except ValueError:
+            raise ValueError(f"bad {what} parameter {item!r} in {text!r}: NAME=NUMBER") from None
+    unknown = set(params) - known
+    if unknown:
+        raise ValueError(f"{what} {text!r}: unknown parameters {sorted(unknown)}")
+    return params
+
+
 def capacity_model(text: str, seed: int) -> CapacityModel:
     """``episodes[:share=S][:on_s=A][:off_s=B][:fixed=1][:seed=N]`` or ``trace:PATH``."""
     name, _, rest = text.partition(":")
@@ -226,18 +251,7 @@ def capacity_model(text: str, seed: int) -> CapacityModel:
         return CapacityTrace(rest)
     if name != "episodes":
         raise ValueError(f"unknown capacity model {text!r}: use episodes:... or trace:PATH")
-    params: dict[str, float] = {}
-    for item in (i for i in rest.split(":") if i):
-        key, eq, value = item.partition("=")
-        try:
-            if not eq:
-                raise ValueError
-            params[key] = float(value)
-        except ValueError:
-            raise ValueError(f"bad capacity parameter {item!r} in {text!r}: NAME=NUMBER") from None
-    unknown = set(params) - {"share", "on_s", "off_s", "fixed", "seed"}
-    if unknown:
-        raise ValueError(f"capacity {text!r}: unknown parameters {sorted(unknown)}")
+    params = _params(text, rest, {"share", "on_s", "off_s", "fixed", "seed"}, "capacity")
     return CapacityEpisodes(
         share=params.get("share", 0.1),
         on_s=params.get("on_s", 1.0),
@@ -247,8 +261,38 @@ def capacity_model(text: str, seed: int) -> CapacityModel:
     )
 
 
-def link_emulator(spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int) -> LinkEmulator:
-    """The `LinkEmulator` of one direction of one worker's link."""
+def cross_model(text: str, seed: int, link: int | None = None) -> CrossTraffic:
+    """Cross traffic as packets in a link's FIFO (`ina.netem.CrossTraffic`):
+    ``episodes:rate=R[:size=B][:on_s=A][:off_s=B][:fixed=1][:seed=N]`` (R bit/s, e.g. 5G, in
+    B-byte packets, default 1500, while the episodes are on; the schedule of the same
+    parameters as ``capacity``) or ``trace:PATH`` (lines ``TIME_S BYTES [LINK]``: this is
+    link ``link``, the worker's index)."""
+    name, _, rest = text.partition(":")
+    if name == "trace":
+        if not rest:
+            raise ValueError("cross traffic 'trace' needs a file: trace:PATH")
+        return CrossTrace(rest, link)
+    if name != "episodes":
+        raise ValueError(f"unknown cross traffic {text!r}: use episodes:rate=R:... or trace:PATH")
+    known = {"rate", "size", "on_s", "off_s", "fixed", "seed"}
+    params = _params(text, rest, known, "cross traffic")
+    if "rate" not in params:
+        raise ValueError(f"cross traffic {text!r} needs its rate: episodes:rate=R:...")
+    schedule = CapacityEpisodes(
+        share=1.0,
+        on_s=params.get("on_s", 1.0),
+        off_s=params.get("off_s", 3.0),
+        seed=int(params.get("seed", seed)),
+        fixed=bool(params.get("fixed", 0)),
+    )
+    return CrossEpisodes(params["rate"], params.get("size", 1500), schedule)
+
+
+def link_emulator(
+    spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int, index: int | None = None
+) -> LinkEmulator:
+    """The `LinkEmulator` of one direction of one worker's link (``index``: the worker's,
+    which a cross-traffic trace's LINK column names)."""
     link_seed = int(seed.generate_state(1)[0])
     emu = make_link(
         spec.profile,
@@ -257,6 +301,7 @@ def link_emulator(spec: LinkSpec, seed: np.random.SeedSequence, cap_seed: int) -
         loss=spec.loss,
         buffer_bytes=spec.buffer_bytes,
         capacity=capacity_model(spec.capacity, cap_seed) if spec.capacity else None,
+        cross=cross_model(spec.cross, cap_seed, index) if spec.cross else None,
     )
     emu.delay = OffsetDelay(emu.delay, spec.prop_delay_s)
     return emu
@@ -368,8 +413,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, modelled, dtype=np.uint64)
     cap_seed = spec.seed
     frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
-    ups = [link_emulator(spec.up, link_seeds[2 * h], cap_seed) for h in range(hosts)]
-    downs = [link_emulator(spec.down, link_seeds[2 * h + 1], cap_seed) for h in range(hosts)]
+    ups = [link_emulator(spec.up, link_seeds[2 * h], cap_seed, h) for h in range(hosts)]
+    downs = [link_emulator(spec.down, link_seeds[2 * h + 1], cap_seed, h) for h in range(hosts)]
     up_min = min(min_latency(e, frame) for e in ups)
     down_min = min(min_latency(e, frame) for e in downs)
     switch_min = spec.switch.latency_s + (
@@ -485,11 +530,46 @@ def _link_params(fabric: Fabric, lower: str, upper: str) -> tuple:
     return (link.delay, link.bw, link.loss)
 
 
+def tree_links(spec: NetworkSpec, fabric: Fabric) -> list[tuple[str, str, LinkSpec, LinkSpec]]:
+    """Each link of a topology, oriented: (lower end, upper end, the link going up, coming
+    down), from the file's ``bw``, ``delay`` and ``loss``, else the spec's up and down links
+    (both backends build their trees from this)."""
+    wired = []
+    for link in fabric.links:
+        if link.a_port is None:  # host - switch
+            lower, upper = link.a, link.b
+        elif fabric.switches[link.a].parent == link.b:
+            lower, upper = link.a, link.b
+        else:
+            lower, upper = link.b, link.a
+        up = _link_spec(spec.up, link.bw, link.delay, link.loss)
+        down = _link_spec(spec.down, link.bw, link.delay, link.loss)
+        wired.append((lower, upper, up, down))
+    return wired
+
+
+def tree_pipelines(spec: NetworkSpec, fabric: Fabric) -> dict[str, Pipeline]:
+    """One pipeline per switch, top down, with its job (and, below the top, its
+    parent_table entry) installed as the control plane installs it."""
+    pipelines = {}
+    for s in fabric.top_down():
+        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
+        install_job_spec(pipeline, replace(fabric.job_spec(s), pool_size=spec.pool_size))
+        pipelines[s] = pipeline
+    return pipelines
+
+
+def tree_worker_config(spec: NetworkSpec, fabric: Fabric, g: int) -> WorkerConfig:
+    """Worker ``g`` of a topology: its id on its leaf switch, the job's total worker count."""
+    _, local = fabric.leaf_of(g)
+    return replace(spec.worker_config(local), job_id=fabric.job_id, num_workers=len(fabric.workers))
+
+
 def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
-    """`build` for a tree of switches: a pipeline per switch with its job (and, below the
-    top, its parent_table entry) installed as the control plane installs it, workers on their
-    leaves with their ids there, each link both ways. A switch's lookahead is the shortest
-    latency of the links into it; a worker's the shortest worker-leaf-worker round trip."""
+    """`build` for a tree of switches: a pipeline per switch (`tree_pipelines`), workers on
+    their leaves with their ids there, each link both ways. A switch's lookahead is the
+    shortest latency of the links into it; a worker's the shortest worker-leaf-worker round
+    trip."""
     engine = make_engine(spec.engine)
     job = fabric.job_id
     weights: dict[str, int] = {}
@@ -504,34 +584,23 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
         0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
     )
     # Each link: (lower end, upper end, emulator going up, emulator coming down).
-    wired = []
-    for i, link in enumerate(fabric.links):
-        if link.a_port is None:  # host - switch
-            lower, upper = link.a, link.b
-        elif fabric.switches[link.a].parent == link.b:
-            lower, upper = link.a, link.b
-        else:
-            lower, upper = link.b, link.a
-        up = link_emulator(
-            _link_spec(spec.up, link.bw, link.delay, link.loss), link_seeds[2 * i], spec.seed
+    wired = [
+        (
+            lower,
+            upper,
+            link_emulator(up, link_seeds[2 * i], spec.seed),
+            link_emulator(down, link_seeds[2 * i + 1], spec.seed),
         )
-        down = link_emulator(
-            _link_spec(spec.down, link.bw, link.delay, link.loss), link_seeds[2 * i + 1], spec.seed
-        )
-        wired.append((lower, upper, up, down))
+        for i, (lower, upper, up, down) in enumerate(tree_links(spec, fabric))
+    ]
     into: dict[str, list[float]] = {s: [] for s in fabric.switches}
     for lower, upper, up, down in wired:
         into[upper].append(min_latency(up, frame))
         if lower in fabric.switches:
             into[lower].append(min_latency(down, frame))
-    switches: dict[str, SwitchNode] = {}
-    pipelines: dict[str, Pipeline] = {}
-    for s in fabric.top_down():
-        pipeline = Pipeline(lanes=spec.lanes, pool_total=max(1024, spec.pool_size))
-        js = fabric.job_spec(s)
-        install_job_spec(pipeline, replace(js, pool_size=spec.pool_size))
-        pipelines[s] = pipeline
-        switches[s] = SwitchNode(
+    pipelines = tree_pipelines(spec, fabric)
+    switches = {
+        s: SwitchNode(
             engine,
             pipeline,
             min(into[s]),
@@ -539,6 +608,8 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             latency=spec.switch.latency_s,
             weight=weights.get(s, 1),
         )
+        for s, pipeline in pipelines.items()
+    }
     rtt = min(
         min_latency(up, frame) + switch_min + min_latency(down, frame)
         for lower, _, up, down in wired
@@ -546,10 +617,9 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     )
     nodes: dict[str, WorkerNode] = {}
     for g, host in enumerate(fabric.workers):
-        _, local = fabric.leaf_of(g)
-        # (timing only: n is 1, the representative alone on its leaf, as on one switch)
-        cfg = replace(spec.worker_config(local), job_id=job, num_workers=n)
-        nodes[host] = WorkerNode(engine, TransportCore(cfg, nonce=int(nonces[g])), rtt, codec_time)
+        # (timing only: the representative is alone on its leaf, as on one switch)
+        core = TransportCore(tree_worker_config(spec, fabric, g), nonce=int(nonces[g]))
+        nodes[host] = WorkerNode(engine, core, rtt, codec_time)
     for lower, upper, up, down in wired:
         if lower in fabric.hosts:
             if lower not in nodes:  # a host that is not a worker
@@ -573,6 +643,7 @@ def parse_link(
     loss: float = 0.0,
     buffer: str | None = None,
     capacity: str | None = None,
+    cross: str | None = None,
 ) -> LinkSpec:
     """A `LinkSpec` from command-line strings (``100G``, ``1us``, ``4MB``)."""
     return LinkSpec(
@@ -582,4 +653,5 @@ def parse_link(
         loss=loss,
         buffer_bytes=None if buffer in (None, "inf", "none") else units.size(buffer, "buffer"),
         capacity=capacity,
+        cross=cross,
     )

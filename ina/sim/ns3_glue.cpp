@@ -13,6 +13,10 @@
 // IPv4, UDP): ns-3's point-to-point frame is IPv4 + UDP + a 2-byte PPP header, so each
 // datagram carries a 12-byte trailer, which also carries its send time (8 bytes) and its
 // link's id (4 bytes): the receiver measures each packet's delay without a side table.
+//
+// Cross traffic is recorded where it meets INA's packets: every TCP packet handed to a watched
+// device (its arrival at the device queue, before tail drop) with its size on the wire, so
+// the fast engine can replay the same arrivals into its own FIFO (ina.netem.CrossTrace).
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -87,9 +91,41 @@ void SendBatch(uint32_t endpoint, uint32_t link, uint32_t dst, uint16_t port, ui
   }
 }
 
+struct Arrivals {
+  std::vector<double> t;      // seconds
+  std::vector<int64_t> bytes; // on the wire (PPP + IPv4 + TCP)
+};
+std::vector<Arrivals> watched; // by watch id: one per device (queue) of a Connect
+int64_t next_stream = 0;       // RNG streams of the error models, fixed per build (see Connect)
+uint64_t lost = 0;             // packets the error models dropped (random loss)
+
+void OnLost(Ptr<const Packet>) { lost++; }
+
+uint64_t Lost() { return lost; }
+
+void OnMacTx(uint32_t watch, Ptr<const Packet> p) {
+  uint8_t b[12];
+  uint32_t n = p->CopyData(b, sizeof b);
+  // MacTx fires with or without the 2-byte PPP header (0x0021: IPv4) in front, by version
+  uint32_t ip = (n >= 2 && b[0] == 0x00 && b[1] == 0x21) ? 2 : 0;
+  if (n < ip + 10 || b[ip + 9] != 6) return; // TCP only: INA's datagrams are UDP
+  watched[watch].t.push_back(Simulator::Now().GetSeconds());
+  watched[watch].bytes.push_back(p->GetSize() + 2 - ip);
+}
+
+uint64_t WatchCount(uint32_t watch) { return watched[watch].t.size(); }
+
+// Copy a watch's arrivals into numpy arrays (float64 times, int64 sizes) of WatchCount items.
+void WatchCopy(uint32_t watch, uint64_t times_ptr, uint64_t bytes_ptr) {
+  const Arrivals& a = watched[watch];
+  std::memcpy((void*)times_ptr, a.t.data(), a.t.size() * sizeof(double));
+  std::memcpy((void*)bytes_ptr, a.bytes.data(), a.bytes.size() * sizeof(int64_t));
+}
+
 // One point-to-point link a <-> b: each side's device its own rate, queue (bytes, tail
 // drop) and receive loss; no queue disc (the device queue is the buffer, as on a switch
-// port). Returns {address of a, address of b} in the /30 `net`.
+// port). Returns {address of a, address of b} in the /30 `net`, then the watch ids of a's
+// and b's devices (the cross traffic entering their queues: OnMacTx).
 std::vector<uint32_t> Connect(Ptr<Node> a, Ptr<Node> b, double rate_a, double rate_b,
                               double delay_s, uint64_t buf_a, uint64_t buf_b, double loss_at_a,
                               double loss_at_b, uint32_t mtu, uint32_t net) {
@@ -108,14 +144,25 @@ std::vector<uint32_t> Connect(Ptr<Node> a, Ptr<Node> b, double rate_a, double ra
       Ptr<RateErrorModel> em = CreateObject<RateErrorModel>();
       em->SetUnit(RateErrorModel::ERROR_UNIT_PACKET);
       em->SetRate(losses[i]);
+      // a stream of its own, numbered from 0 at each build: ns-3's automatic stream numbers
+      // keep counting across Simulator::Destroy, so the losses would depend on what the
+      // process simulated before
+      em->AssignStreams(next_stream++);
       dev->SetReceiveErrorModel(em);
+      dev->TraceConnectWithoutContext("PhyRxDrop", MakeCallback(&OnLost));
     }
+  }
+  uint32_t watch[2];
+  for (int i = 0; i < 2; i++) {
+    watch[i] = watched.size();
+    watched.emplace_back();
+    d.Get(i)->TraceConnectWithoutContext("MacTx", MakeBoundCallback(&OnMacTx, watch[i]));
   }
   Ipv4AddressHelper ip;
   ip.SetBase(Ipv4Address(net), Ipv4Mask("255.255.255.252"));
   Ipv4InterfaceContainer ifs = ip.Assign(d);
   TrafficControlHelper().Uninstall(d);
-  return {ifs.GetAddress(0).Get(), ifs.GetAddress(1).Get()};
+  return {ifs.GetAddress(0).Get(), ifs.GetAddress(1).Get(), watch[0], watch[1]};
 }
 
 // A TCP bulk flow (cross traffic) from `src` to dst:port over [start, stop) seconds from now.
@@ -154,6 +201,9 @@ void Routes() { Ipv4GlobalRoutingHelper::PopulateRoutingTables(); }
 void Reset() {
   sockets.clear();
   sinks.clear();
+  watched.clear();
+  next_stream = 0;
+  lost = 0;
   Simulator::Destroy();
 }
 

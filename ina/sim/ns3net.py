@@ -13,7 +13,10 @@ cppyy bindings), and so is the clock (`Ns3Engine`):
   episodes, a `BulkSend` flow runs through that direction's queue while an episode is on
   (worker to a sink behind the switch, or a source behind the switch to the worker), with
   the episodes' own schedule (`ina.netem.CapacityEpisodes`); the bandwidth it takes is
-  whatever TCP takes, not the episodes' ``share`` (the fast engine's abstraction of it);
+  whatever TCP takes, not the episodes' ``share``. Every TCP packet entering a worker link's
+  queue is recorded (its time and size on the wire: data one way, ACKs the other), and
+  `write_cross_traces` writes them as the fast engine's cross-traffic traces
+  (`ina.netem.CrossTrace`), so the fast engine can replay the same arrivals into its FIFO;
 - frames on the wire have the fast engine's size (see ``ns3_glue.cpp``), so an unloaded
   path takes the same time in both.
 
@@ -38,9 +41,18 @@ from ina.host.transport_core import TransportCore
 from ina.netem import CapacityEpisodes, parse_profile
 from ina.protocol import FRAME_OVERHEAD, packet_bytes
 from ina.sim.engine import Engine
-from ina.sim.network import JOB_ID, LinkSpec, NetworkSpec, SimNetwork, capacity_model
+from ina.sim.network import (
+    JOB_ID,
+    LinkSpec,
+    NetworkSpec,
+    SimNetwork,
+    capacity_model,
+    tree_links,
+    tree_pipelines,
+    tree_worker_config,
+)
 from ina.sim.nodes import SwitchNode, WorkerNode
-from ina.switch_model.pipeline import Pipeline
+from ina.switch_model.pipeline import PARENT, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
 
@@ -51,6 +63,9 @@ CROSS_PORT = 5001  # TCP sinks of the cross traffic
 NS3_OVERHEAD = 2 + 20 + 8  # PPP + IPv4 + UDP: the rest of FRAME_OVERHEAD is the trailer
 
 _glue = None  # the loaded C++ namespace (ina_ns3), once per process
+# the last network's watches (the glue's ids of the worker links' queues), by direction and
+# worker: what `write_cross_traces` reads; one ns-3 network at a time per process
+_watches: dict[str, list[int]] = {"up": [], "down": []}
 
 
 def unavailable() -> str | None:
@@ -239,10 +254,17 @@ def check(spec: NetworkSpec) -> None:
             )
         if link.rate_bps is None:
             raise ValueError(f"the ns-3 backend needs a finite {name}link rate")
+        if link.cross is not None:
+            raise ValueError(
+                "the ns-3 backend's cross traffic is TCP in capacity episodes (--capacity "
+                "episodes:...), not --cross"
+            )
         if link.capacity is not None and not isinstance(
             capacity_model(link.capacity, 0), CapacityEpisodes
         ):
             raise ValueError("the ns-3 backend's cross traffic needs episodes:..., not a trace")
+    if spec.topology is not None and (spec.up.capacity or spec.down.capacity):
+        raise ValueError("the ns-3 backend's TCP cross traffic runs on one switch, not a tree")
     if spec.up.prop_delay_s != spec.down.prop_delay_s:
         raise ValueError("the ns-3 backend's links have one propagation delay both ways")
 
@@ -250,6 +272,8 @@ def check(spec: NetworkSpec) -> None:
 def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
     """The network of ``spec`` in ns-3 (see the module docstring); run it with `SimNetwork.run`.
     ``spec`` was checked (`check`) when it was made."""
+    if spec.topology is not None:
+        return _build_tree(spec, spec.topology, codec_time)
     glue = load()
     glue.Reset()  # one ns-3 network per process at a time: drop the previous one
     glue.Setup(spec.seed)
@@ -270,16 +294,10 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     ns.InternetStackHelper().Install(nodes)
 
     def buffer(link: LinkSpec) -> int:
-        # the fast engine's buffer holds the packets waiting and the one being sent; ns-3's
-        # device queue only those waiting (it dequeues a packet to send it): one INA frame
-        # less, so both admit the same INA packets
-        if not link.buffer_bytes:
-            return 1 << 40
-        if link.buffer_bytes < frame:
-            raise ValueError(f"a buffer of {link.buffer_bytes:g} B holds no {frame}-byte frame")
-        return int(link.buffer_bytes) - frame
+        return _queue_bytes(link, frame)
 
     addrs = []
+    _watches["up"], _watches["down"] = [], []
     for w in range(n):  # worker side: up rate, up buffer; receives with down loss
         a = glue.Connect(
             nodes.Get(w),
@@ -295,6 +313,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
             (10 << 24) + 4 * (w + 1),
         )
         addrs.append((int(a[0]), int(a[1])))
+        _watches["up"].append(int(a[2]))  # the worker's device: its uplink queue
+        _watches["down"].append(int(a[3]))  # the switch's port to it
     fast = 10 * max(spec.up.rate_bps, spec.down.rate_bps)  # never the bottleneck
     c = glue.Connect(
         cross, sw, fast, fast, spec.up.prop_delay_s, 1 << 40, 1 << 40, 0.0, 0.0, mtu,
@@ -330,6 +350,155 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
             _cross_traffic(engine, glue, nodes, n, cross, cross_addr, addrs, direction, link, spec)
     net = SimNetwork(spec, engine, pipeline, switch, workers)
     return net
+
+
+def _build_tree(spec: NetworkSpec, fabric, codec_time) -> SimNetwork:
+    """`build` for a topology's tree of switches, as `ina.sim.network` builds it for the fast
+    engine (`tree_links`, `tree_pipelines`, `tree_worker_config`: the same pipelines, the
+    same worker configurations and nonces), with every link, leaf-spine links included, an
+    ns-3 point-to-point link: each switch is an ns-3 node with one UDP endpoint, a leaf sends
+    its partial sums to its parent's address on their link, the parent sends down to the
+    leaf's."""
+    glue = load()
+    glue.Reset()
+    glue.Setup(spec.seed)
+    ns = _ns3()
+    engine = Ns3Engine(glue)
+    wiring = _Wiring(glue, engine)
+    job = fabric.job_id
+    n = len(fabric.workers)
+    nonces = np.random.default_rng(np.random.SeedSequence(spec.seed).spawn(1)[0]).integers(
+        0, 1 << 32, n, dtype=np.uint64
+    )
+    frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
+    mtu = max(1500, frame - 14)
+    names = list(fabric.hosts) + list(fabric.switches)
+    nodes = ns.NodeContainer()
+    nodes.Create(len(names))
+    node_of = {name: nodes.Get(i) for i, name in enumerate(names)}
+    ns.InternetStackHelper().Install(nodes)
+    wired = tree_links(spec, fabric)
+    addrs = []  # per link: (lower end's address, upper end's)
+    for i, (lower, upper, up, down) in enumerate(wired):
+        a = glue.Connect(
+            node_of[lower], node_of[upper], up.rate_bps, down.rate_bps, up.prop_delay_s,
+            _queue_bytes(up, frame), _queue_bytes(down, frame), down.loss, up.loss, mtu,
+            (10 << 24) + 4 * (i + 1),
+        )  # fmt: skip
+        addrs.append((int(a[0]), int(a[1])))
+    glue.Routes()
+    endpoints = {s: glue.AddEndpoint(node_of[s], INA_PORT) for s in fabric.switches}
+
+    def latency(link: LinkSpec) -> float:
+        return frame * 8 / link.rate_bps + link.prop_delay_s
+
+    switch_min = spec.switch.latency_s + (
+        0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
+    )
+    into: dict[str, list[float]] = {s: [] for s in fabric.switches}
+    for lower, upper, up, down in wired:
+        into[upper].append(latency(up))
+        if lower in fabric.switches:
+            into[lower].append(latency(down))
+    pipelines = tree_pipelines(spec, fabric)
+    switches = {
+        s: SwitchNode(
+            engine, p, min(into[s]), rate_bps=spec.switch.rate_bps, latency=spec.switch.latency_s
+        )
+        for s, p in pipelines.items()
+    }
+    rtt = min(
+        latency(up) + switch_min + latency(down)
+        for lower, _, up, down in wired
+        if lower in fabric.hosts
+    )
+    workers: dict[str, WorkerNode] = {}
+    for g, host in enumerate(fabric.workers):
+        core = TransportCore(tree_worker_config(spec, fabric, g), nonce=int(nonces[g]))
+        workers[host] = WorkerNode(engine, core, rtt, codec_time)
+
+    def link(sender: int, dst: int, ls: LinkSpec, deliver, width: int) -> Ns3Link:
+        made = Ns3Link(wiring, len(wiring.links), sender, dst, ls)
+        made.deliver, made.width = deliver, width
+        wiring.links.append(made)
+        return made
+
+    for (lower, upper, up, down), (lower_addr, upper_addr) in zip(wired, addrs, strict=True):
+        top = switches[upper]
+        if lower in fabric.hosts:
+            if lower not in workers:  # a host that is not a worker
+                continue
+            node = workers[lower]
+            ep = glue.AddEndpoint(node_of[lower], INA_PORT)
+            node.uplink = link(ep, upper_addr, up, top.arrive, top.inbox.width)
+            top.ports[(job, node.core.cfg.worker_id)] = link(
+                endpoints[upper], lower_addr, down, node.deliver, node.inbox.width
+            )
+        else:
+            child, leaf = fabric.contributors(upper).index(lower), switches[lower]
+            leaf.ports[(job, PARENT)] = link(
+                endpoints[lower], upper_addr, up, top.arrive, top.inbox.width
+            )
+            top.ports[(job, child)] = link(
+                endpoints[upper], lower_addr, down, leaf.arrive, leaf.inbox.width
+            )
+    root = fabric.root
+    return SimNetwork(
+        spec,
+        engine,
+        pipelines[root],
+        switches[root],
+        [workers[h] for h in fabric.workers],
+        switches=switches,
+    )
+
+
+def _queue_bytes(link: LinkSpec, frame: int) -> int:
+    """ns-3's device queue for a port buffer of ``link.buffer_bytes``: the fast engine's
+    buffer holds the packets waiting and the one being sent, ns-3's device queue only those
+    waiting (it dequeues a packet to send it): one INA frame less, so both admit the same
+    INA packets."""
+    if not link.buffer_bytes:
+        return 1 << 40
+    if link.buffer_bytes < frame:
+        raise ValueError(f"a buffer of {link.buffer_bytes:g} B holds no {frame}-byte frame")
+    return int(link.buffer_bytes) - frame
+
+
+def cross_arrivals(direction: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per worker, the times and sizes (bytes on the wire) of the TCP packets that entered
+    that worker's ``direction`` link's queue in the last network built (before tail drop)."""
+    glue = load()
+    out = []
+    for watch in _watches[direction]:
+        count = int(glue.WatchCount(watch))
+        times, sizes = np.zeros(count), np.zeros(count, np.int64)
+        if count:
+            glue.WatchCopy(watch, times.ctypes.data, sizes.ctypes.data)
+        out.append((times, sizes))
+    return out
+
+
+def write_cross_traces(directory: str | Path) -> dict[str, Path]:
+    """The last network's cross traffic as `ina.netem.CrossTrace` files, one per direction
+    (``DIRECTORY/cross_up.txt``, ``cross_down.txt``: lines ``TIME_S BYTES LINK``, LINK the
+    worker), for the fast engine's ``LinkSpec.cross`` (``trace:PATH``)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for direction in ("up", "down"):
+        rows = [
+            np.column_stack([t, s, np.full(t.size, w)])
+            for w, (t, s) in enumerate(cross_arrivals(direction))
+        ]
+        table = np.concatenate(rows) if rows else np.zeros((0, 3))
+        table = table[np.argsort(table[:, 0], kind="stable")]
+        paths[direction] = directory / f"cross_{direction}.txt"
+        with open(paths[direction], "w") as f:
+            f.write(f"# TCP packets entering each worker's {direction}link queue in ns-3\n")
+            f.write("# TIME_S BYTES LINK\n")
+            f.writelines(f"{t:.12g} {int(b)} {int(w)}\n" for t, b, w in table)
+    return paths
 
 
 def _cross_traffic(engine, glue, nodes, n, cross, cross_addr, addrs, direction, link, spec):

@@ -36,6 +36,12 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
         help="cross traffic on the worker links: episodes[:share=0.1:on_s=1:off_s=3"
         "[:fixed=1]] or trace:PATH (lines 'TIME_S SHARE')",
     )
+    g.add_argument(
+        "--cross",
+        help="cross traffic as packets in the worker links' queues: episodes:rate=5G"
+        "[:size=1500:on_s=1:off_s=3:fixed=1] or trace:PATH (lines 'TIME_S BYTES [LINK]', "
+        "LINK the worker; `ina sim fidelity --cross-dir` writes ns-3's TCP as such traces)",
+    )
     g.add_argument("--up-rate", help="uplink (worker to switch) rate, if not --link-rate")
     g.add_argument("--down-rate", help="downlink (switch to worker) rate, if not --link-rate")
     g.add_argument(
@@ -85,6 +91,7 @@ def network_spec(
             loss=args.link_loss,
             buffer=args.buffer,
             capacity=args.capacity,
+            cross=getattr(args, "cross", None),
         )
 
     switch_rate = None if args.switch_rate in ("none", "inf") else units.rate(args.switch_rate)
@@ -122,6 +129,8 @@ def describe(spec: NetworkSpec) -> str:
         f"loss {up.loss:g}" if up.loss else "",
         f"buffer {up.buffer_bytes:g} B" if up.buffer_bytes else "",
         f"capacity {up.capacity}" if up.capacity else "",
+        f"cross traffic {up.cross}" if up.cross else "",
+        f"downlink cross traffic {down.cross}" if down.cross and down.cross != up.cross else "",
     ]
     tree = "" if spec.topology is None else f"topology {spec.topology.name}, "
     return (
