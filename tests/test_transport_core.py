@@ -202,3 +202,65 @@ def test_a_check_on_the_first_chunk_aborts_the_call_early():
     with pytest.raises(ValueError, match="disagree"):
         for _ in range(100):
             wire.step()
+
+
+CHUNKS = 90
+
+
+def _replies(core: TransportCore, sends, rtt) -> list[tuple[float, bytes]]:
+    """The switch's RESULT for every datagram sent (one worker: each completes its slot),
+    arriving ``rtt(chunk)`` after it left."""
+    out = []
+    for buf, rows, at in sends:
+        at = np.broadcast_to(at, rows.shape)
+        for r, t in zip(rows.tolist(), at.tolist(), strict=True):
+            reply = buf[r].copy()
+            hdr = reply[:HEADER_BYTES].copy().view(HEADER_DTYPE)
+            hdr["flags"] = Flag.RESULT
+            reply[:HEADER_BYTES] = hdr.view(np.uint8)
+            out.append((t + rtt(r), reply.tobytes()))
+    return out
+
+
+def _send_log(batched: bool, rtt, horizon: float) -> list[tuple[int, float]]:
+    """Every (chunk, send time) of one call whose results come back after ``rtt(chunk)``,
+    fed to the core per ``horizon`` of time in one batch, or one result per call."""
+    cfg = config(0, 1, pool_size=32, rto=1.0, min_rto=1e-3, queue_target=0.2)
+    core = TransportCore(cfg, nonce=1)
+    core.epoch = 1  # joined already: the call starts sending at once
+    core.start(Round(np.arange(CHUNKS * LANES, dtype=np.int32)), 0.0)
+    log: list[tuple[int, float]] = []
+    inflight: list[tuple[float, bytes]] = []
+    now = 0.0
+    for _ in range(1000):
+        if core.idle:
+            return log
+        sends = core.pop_sends()
+        for _, rows, at in sends:
+            log += zip(rows.tolist(), np.broadcast_to(at, rows.shape).tolist(), strict=True)
+        inflight = sorted(inflight + _replies(core, sends, rtt))
+        now += horizon
+        due = [p for p in inflight if p[0] < now]
+        inflight = inflight[len(due) :]
+        batches = ([due] if due else []) if batched else [[p] for p in due]
+        for batch in batches:
+            rx = np.frombuffer(b"".join(p for _, p in batch), np.uint8).reshape(len(batch), -1)
+            core.receive(rx, np.full(len(batch), core.pb), np.array([t for t, _ in batch]))
+    raise AssertionError("the call did not finish")
+
+
+def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends():
+    # 2 ms round trips (slow start), then 2.25-2.35 ms: past half the queueing target
+    # (0.4 ms), not past it, so the window grows a chunk per window of results and never
+    # shrinks; results arrive out of order, and a batch spans 2 ms of arrivals. A chunk the
+    # window lets out leaves when the result that made room for it arrives, not at the
+    # batch's first arrival.
+    def rtt(c: int) -> float:
+        return 2e-3 if c < 8 else 2.25e-3 + 2.5e-5 * ((c * 7) % 5)
+
+    one_by_one = _send_log(False, rtt, 2e-3)
+    batched = _send_log(True, rtt, 2e-3)
+    assert len(one_by_one) == CHUNKS and [c for c, _ in one_by_one] != sorted(range(CHUNKS))
+    assert batched == one_by_one
+    # the window let chunks out at several arrival times within one batch
+    assert len({t for _, t in batched}) > 10
