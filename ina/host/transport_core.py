@@ -498,9 +498,7 @@ class TransportCore:
         ready = call.ready
         if not ready:
             return
-        C = call.C
-        done = call.done
-        low = call.low
+        C, done, low = call.C, call.done, call.low
         while low < C and done[low]:
             low += 1
         call.low = low
@@ -539,47 +537,51 @@ class TransportCore:
         now: np.ndarray,
     ) -> None:
         is_result = (hdr["flags"][rows] & Flag.RESULT) != 0
-        if (~is_result).any():  # PENDING replies: remember who the switch has heard from
+        if not is_result.all():  # PENDING replies: remember who the switch has heard from
             for c, r in zip(chunks[~is_result].tolist(), rows[~is_result].tolist(), strict=True):
                 call.pending[c] = int(hdr[r]["bitmap"])
-        rc, rr = chunks[is_result], rows[is_result]
-        fresh = ~call.done[rc]
-        self.stats.duplicate_results += int((~fresh).sum())
-        rc, rr = rc[fresh], rr[fresh]
-        rc, first = np.unique(rc, return_index=True)  # the same chunk twice in one batch
-        if not rc.size:
+            chunks, rows = chunks[is_result], rows[is_result]
+        fresh = ~call.done[chunks]
+        if not fresh.all():
+            self.stats.duplicate_results += int((~fresh).sum())
+            chunks, rows = chunks[fresh], rows[fresh]
+        rc = chunks.tolist()
+        if len(set(rc)) != len(rc):  # the same chunk twice in one batch: the first counts
+            first = sorted({c: i for i, c in reversed(list(enumerate(rc)))}.values())
+            self.stats.duplicate_results += len(rc) - len(first)
+            chunks, rows = chunks[first], rows[first]
+            rc = chunks.tolist()
+        if not rc:
             return
-        order = np.argsort(first)  # back to arrival order (rows arrive in time order)
-        rc, rr = rc[order], rr[first[order]]
-        call.out[rc] = rx[rr, HEADER_BYTES : self.pb].copy().view(LANE_DTYPE)
-        call.deadline[rc] = np.inf
-        call.ndone += rc.size
-        self.stats.results += rc.size
-        call.exp_max = max(call.exp_max, int(hdr["exp"][rr].max()))
-        call.level_max = max(call.level_max, int(hdr["level"][rr].max()))
-        t = now[rr]  # when each result arrived
-        clean = call.retries[rc] == 0
-        rtt = t - call.first_sent[rc]
-        if clean.any():
-            samples = rtt[clean]
+        call.out[chunks] = rx[rows, HEADER_BYTES : self.pb].view(LANE_DTYPE)
+        call.deadline[chunks] = np.inf
+        call.ndone += len(rc)
+        self.stats.results += len(rc)
+        h = hdr[rows]
+        call.exp_max = max(call.exp_max, int(h["exp"].max()))
+        call.level_max = max(call.level_max, int(h["level"].max()))
+        t = now[rows]  # when each result arrived
+        clean = call.retries[chunks] == 0
+        rtt = t - call.first_sent[chunks]
+        samples = rtt[clean] if not clean.all() else rtt
+        if samples.size:
             self._update_rto(samples)
             self.stats.rtt_samples += samples.size
             self.stats.rtt_sum += float(samples.sum())
             if self.rtt_listener is not None:
                 self.rtt_listener(samples)
         check = call.round.check
-        if check is not None and rc.min() == 0:
+        if check is not None and 0 in rc:
             check(call.out[0])  # may raise (e.g. LengthMismatch): the call is abandoned
-        # One result at a time, as if each had come alone: the window grows per sample and
-        # a chunk it lets out leaves when the result that made room for it arrived (all at
-        # the batch's first arrival would send bursts earlier than one-by-one delivery).
+        # One result at a time, in arrival order, as if each had come alone: the window
+        # grows per sample and a chunk it lets out leaves when the result that made room for
+        # it arrived (all at the batch's first arrival would send bursts earlier than
+        # one-by-one delivery).
         finishing = call.ndone == call.C
         pool, C = self.cfg.pool_size, call.C
         done, sent, ready = call.done, call.sent, call.ready
         adapt = self.cfg.window_control
-        for c, ti, ok, sample in zip(
-            rc.tolist(), t.tolist(), clean.tolist(), rtt.tolist(), strict=True
-        ):
+        for c, ti, ok, sample in zip(rc, t.tolist(), clean.tolist(), rtt.tolist(), strict=True):
             done[c] = True
             if sent[c]:
                 call.flying -= 1
