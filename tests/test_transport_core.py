@@ -222,10 +222,11 @@ def _replies(core: TransportCore, sends, rtt) -> list[tuple[float, bytes]]:
     return out
 
 
-def _send_log(batched: bool, rtt, horizon: float) -> list[tuple[int, float]]:
+def _send_log(batched: bool, rtt, horizon: float, pool: int = 32):
     """Every (chunk, send time) of one call whose results come back after ``rtt(chunk)``,
-    fed to the core per ``horizon`` of time in one batch, or one result per call."""
-    cfg = config(0, 1, pool_size=32, rto=1.0, min_rto=1e-3, queue_target=0.2)
+    fed to the core per ``horizon`` of time in one batch, or one result per call; and the
+    core's window state at the end."""
+    cfg = config(0, 1, pool_size=pool, rto=1.0, min_rto=1e-3, queue_target=0.2)
     core = TransportCore(cfg, nonce=1)
     core.epoch = 1  # joined already: the call starts sending at once
     core.start(Round(np.arange(CHUNKS * LANES, dtype=np.int32)), 0.0)
@@ -234,7 +235,8 @@ def _send_log(batched: bool, rtt, horizon: float) -> list[tuple[int, float]]:
     now = 0.0
     for _ in range(1000):
         if core.idle:
-            return log
+            state = (core.window, core._slow_start, core._base_rtt, list(core._recent))
+            return log, state
         sends = core.pop_sends()
         for _, rows, at in sends:
             log += zip(rows.tolist(), np.broadcast_to(at, rows.shape).tolist(), strict=True)
@@ -249,18 +251,22 @@ def _send_log(batched: bool, rtt, horizon: float) -> list[tuple[int, float]]:
     raise AssertionError("the call did not finish")
 
 
-def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends():
-    # 2 ms round trips (slow start), then 2.25-2.35 ms: past half the queueing target
-    # (0.4 ms), not past it, so the window grows a chunk per window of results and never
-    # shrinks; results arrive out of order, and a batch spans 2 ms of arrivals. A chunk the
-    # window lets out leaves when the result that made room for it arrives, not at the
-    # batch's first arrival.
-    def rtt(c: int) -> float:
-        return 2e-3 if c < 8 else 2.25e-3 + 2.5e-5 * ((c * 7) % 5)
+def _rtt(c: int) -> float:
+    """2 ms for the first chunks, then 2.25-2.35 ms: past half the queueing target (0.4 ms:
+    slow start ends), never past it (the window never shrinks); out of order."""
+    return 2e-3 if c < 8 else 2.25e-3 + 2.5e-5 * ((c * 7) % 5)
 
-    one_by_one = _send_log(False, rtt, 2e-3)
-    batched = _send_log(True, rtt, 2e-3)
+
+@pytest.mark.parametrize("pool", [32, 8])
+def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends(pool):
+    # A batch spans 2 ms of arrivals. Pool 32: the window starts at 8 chunks and grows a
+    # chunk per result, then a chunk per window of results; a chunk the window lets out
+    # leaves when the result that made room for it arrives, not at the batch's first
+    # arrival. Pool 8: the window is the pool from the start (the core's vectorized case).
+    one_by_one, end_one = _send_log(False, _rtt, 2e-3, pool)
+    batched, end_batched = _send_log(True, _rtt, 2e-3, pool)
     assert len(one_by_one) == CHUNKS and [c for c, _ in one_by_one] != sorted(range(CHUNKS))
     assert batched == one_by_one
-    # the window let chunks out at several arrival times within one batch
-    assert len({t for _, t in batched}) > 10
+    assert end_batched == end_one and end_one[1] is False  # slow start ended in both
+    if pool == 32:  # the window let chunks out at several arrival times within one batch
+        assert len({t for _, t in batched}) > 10 and end_one[0] < pool

@@ -98,6 +98,7 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ina.host.rounds import Reduced, Round
 from ina.protocol import (
@@ -580,6 +581,30 @@ class TransportCore:
         finishing = call.ndone == call.C
         pool, C = self.cfg.pool_size, call.C
         done, sent, ready = call.done, call.sent, call.ready
+        if (
+            not ready
+            and call.flying <= pool
+            and sent[chunks].all()
+            and self._window_stays_full(samples)
+        ):
+            # The common case, vectorized: nothing waits for the window and it stays the
+            # whole pool, so one by one each result's successor would leave at once.
+            done[chunks] = True
+            call.flying -= len(rc)
+            if finishing:
+                self.finished_at = float(t.max())
+                self._finish(call)
+                return
+            nxt = chunks + pool
+            keep = nxt < C
+            go, at = nxt[keep], t[keep]
+            if go.size:
+                call.flying += go.size
+                sent[go] = True
+                call.first_sent[go] = at
+                call.deadline[go] = at + self.rto
+                self._queue(call.tx, go, at)
+            return
         adapt = self.cfg.window_control
         for c, ti, ok, sample in zip(rc, t.tolist(), clean.tolist(), rtt.tolist(), strict=True):
             done[c] = True
@@ -589,8 +614,13 @@ class TransportCore:
                 self._adapt_window(sample, ti)
             if finishing:
                 continue
-            if c + pool < C:
-                heappush(ready, (c + pool, ti))  # its slot is free from now on
+            if c + pool < C:  # its slot is free from now on
+                if not ready and call.flying < int(self.window):
+                    call.go.append(c + pool)  # nothing waits and the window has room: now
+                    call.go_at.append(ti)
+                    call.flying += 1
+                    continue
+                heappush(ready, (c + pool, ti))
             self._release(call, ti)
         if finishing:
             self.finished_at = float(t.max())
@@ -619,6 +649,41 @@ class TransportCore:
         self.stats.packets_sent += int(rows.size)
         self.stats.bytes_sent += int(rows.size) * self.pb
         self._sends.append((buf, rows, at))
+
+    def _window_stays_full(self, samples: np.ndarray) -> bool:
+        """`_adapt_window` over a batch of samples at once, for a window that is the whole
+        pool: it stays there (growth is capped at the pool) unless a sample would shrink it.
+        Applies what the samples one by one would do (base round trip, latest samples, the
+        end of slow start) and returns True; or returns False, changing nothing, when the
+        window is not the pool or a sample would shrink it (the caller then goes one by
+        one)."""
+        if not self.cfg.window_control:
+            return True
+        if self.window != self.cfg.pool_size:
+            return False
+        n = samples.size
+        if not n:
+            return True
+        # the base round trip after each sample, and the least of the latest samples
+        base = np.minimum.accumulate(np.concatenate(([self._base_rtt], samples)))[1:]
+        r0 = len(self._recent)
+        recent = np.concatenate((np.array(self._recent, dtype=np.float64), samples))
+        first = max(0, RECENT_SAMPLES - 1 - r0)  # the first sample with a full history
+        slow_start = self._slow_start
+        if first < n:
+            least = sliding_window_view(recent, RECENT_SAMPLES).min(axis=1)[
+                r0 + first - (RECENT_SAMPLES - 1) :
+            ]
+            b = base[first:]
+            queue = np.maximum(self.cfg.queue_target * b, self.cfg.min_rto / 4)
+            if (least > b + queue).any():
+                return False
+            if slow_start and (least > b + queue / 2).any():
+                slow_start = False
+        self._slow_start = slow_start
+        self._base_rtt = float(base[-1])
+        self._recent.extend(samples.tolist())
+        return True
 
     def _adapt_window(self, rtt: float, now: float) -> None:
         """Delay-based window control (see the module docstring), one sample at a time: the

@@ -266,15 +266,16 @@ class SwitchNode:
         lengths = np.full(m, pb, np.int64)
         multicast = dest == MULTICAST
         targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
-        for g, j in {
-            (int(g), int(j)) for g, j in zip(group[multicast], job[multicast], strict=True)
-        }:
-            rows = multicast & (group == g) & (job == j)
+        kinds = set(zip(dest.tolist(), group.tolist(), job.tolist(), strict=True))
+        for d, g, j in kinds:
+            if d != MULTICAST:
+                continue
+            # the common case, one group's results only: every output, no mask to build
+            rows = multicast & (group == g) & (job == j) if len(kinds) > 1 else multicast
             for _, rid in self.pipeline.tables.mcast_groups.get(g, ()):
                 targets[(j, rid)] = targets.get((j, rid), False) | rows
-        unicast = ~multicast
-        for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast], strict=True)}:
-            rows = unicast & (job == j) & (dest == w)
+        for j, w in {(j, d) for d, _, j in kinds if d != MULTICAST}:
+            rows = ~multicast & (job == j) & (dest == w)
             targets[(j, w)] = targets.get((j, w), False) | rows
         # a port that several workers share (jobs on one host) takes all their rows at once,
         # in time order
