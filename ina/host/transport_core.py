@@ -373,7 +373,8 @@ class TransportCore:
         k = int(lengths.size)
         if k == 0:
             return
-        now = np.broadcast_to(np.asarray(now, dtype=np.float64), (k,))
+        if not (isinstance(now, np.ndarray) and now.shape == (k,)):
+            now = np.broadcast_to(np.asarray(now, dtype=np.float64), (k,))
         if rx.shape[1] < self.pb:  # nothing this narrow can be ours
             self.stats.ignored += k
             return
@@ -663,6 +664,16 @@ class TransportCore:
             return False
         n = samples.size
         if not n:
+            return True
+        cfg = self.cfg
+        base_end = min(self._base_rtt, float(samples.min()))
+        queue_end = max(cfg.queue_target * base_end, cfg.min_rto / 4)
+        top = float(samples.max())
+        # Below the least threshold any sample would meet (the base only falls, so the
+        # thresholds do), no sample shrinks the window or ends slow start: the usual case.
+        if top <= base_end + (queue_end / 2 if self._slow_start else queue_end):
+            self._base_rtt = base_end
+            self._recent.extend(samples.tolist())
             return True
         # the base round trip after each sample, and the least of the latest samples
         base = np.minimum.accumulate(np.concatenate(([self._base_rtt], samples)))[1:]

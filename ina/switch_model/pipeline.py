@@ -117,6 +117,9 @@ _RESULT_FLAG = int(Flag.RESULT)
 # enum's own operator first and costs tens of microseconds per batch.
 _OP_FIRST, _OP_LAST = int(Op.SUM), int(Op.JOIN)
 _RESULT, _PENDING, _SHADOW = int(Flag.RESULT), int(Flag.PENDING), int(Flag.SHADOW)
+# An output's flags by its kind (0 result multicast, 1 result unicast, 2 pending unicast,
+# 3 up to the parent: a contribution, no reply flag)
+_KIND_FLAGS = np.array([_RESULT, _RESULT, _PENDING, 0], dtype=np.int64)
 
 
 @dataclass
@@ -566,7 +569,7 @@ class Pipeline:
             kinds = np.asarray(out_kind)
             oh = h[ks].copy()
             shadow_bits = oh["flags"] & _SHADOW
-            oh["flags"] = np.select([kinds == 2, kinds == 3], [_PENDING, 0], _RESULT) | shadow_bits
+            oh["flags"] = _KIND_FLAGS[kinds] | shadow_bits
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
@@ -578,9 +581,10 @@ class Pipeline:
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
             # byte-swapped straight into the output rows (no big-endian temporary)
             out.data[:m, HEADER_BYTES:pb].view(LANE_DTYPE)[:] = staged[:m]
-            out.dest[:m] = np.select(
-                [kinds == 0, kinds == 3], [MULTICAST, PARENT], oh["worker_id"].astype(np.int32)
-            )
+            dest = oh["worker_id"].astype(np.int32)  # kind 1 and 2: unicast to the sender
+            dest[kinds == 0] = MULTICAST
+            dest[kinds == 3] = PARENT
+            out.dest[:m] = dest
             out.job_id[:m] = oh["job_id"]
             out.src[:m] = idx[ks]
             grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
