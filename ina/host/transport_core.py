@@ -485,9 +485,12 @@ class TransportCore:
         hdr["num_lanes"][-1] = call.n - (C - 1) * L
         hdr["epoch"] = self.epoch
         tx[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(C, HEADER_BYTES)
-        lanes = np.zeros(C * L, dtype=LANE_DTYPE)
-        lanes[: call.n] = self._values
-        tx[:, HEADER_BYTES:] = lanes.view(np.uint8).reshape(C, L * 4)
+        # the values byte-swapped straight into the packets (the last one's tail stays 0)
+        lanes = tx[:, HEADER_BYTES:].view(LANE_DTYPE)  # (C, L), a view into tx
+        full = call.n // L
+        lanes[:full] = self._values[: full * L].reshape(full, L)
+        if full < C:
+            lanes[full, : call.n - full * L] = self._values[full * L :]
         call.tx = tx
         self._values = None
         call.ready = [(c, now) for c in range(min(cfg.pool_size, C))]  # sorted: a heap
