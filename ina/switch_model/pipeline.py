@@ -63,7 +63,13 @@ which packets of clients that never JOIN use).
 
 The pipeline processes batches: parsing and validation are vectorized over the batch; the
 stateful stages run per packet in order, so a batch behaves exactly like the same packets one
-at a time, which is what the P4 program does.
+at a time, which is what the P4 program does. One kind of batch, the common one on a busy
+switch, takes whole-batch steps instead (``_contribute_all``): every packet a first count of
+one job (no parent) into slot copies whose sibling copies the batch does not touch, none
+completed more than once. Its copies are independent and each one's packets only add (int32
+SUM wraps, so any order gives the same sums) until the last completes it, so reducing each
+copy's lanes at once and writing its registers once gives the per-packet loop's registers,
+outputs and counters (`tests/test_pipeline.py` runs both on the same batches).
 """
 
 from __future__ import annotations
