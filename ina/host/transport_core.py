@@ -87,7 +87,9 @@ The timeout follows RFC 6298's estimator (and at least twice the smoothed round 
 with Karn samples: only chunks never
 retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
 
-All per-packet work is vectorized over the batch of datagrams a driver hands in.
+Per-packet work is vectorized over the batch of datagrams a driver hands in, except the walk
+through a batch's results when chunks wait for the window or the window changes (one
+result at a time, in arrival order, so that a batch gives the sends one by one would).
 """
 
 from __future__ import annotations
