@@ -450,6 +450,12 @@ class CrossTrace(CrossTraffic):
         return t, s
 
 
+# The last plain-wire admission (`LinkEmulator.admit_batch`): its input arrays, the wire's
+# parameters and state, its result and the state after. The arrays are held, so ``is`` means
+# the very same arrays (callers never write to arrays they handed over, or to results).
+_last_plain: list[tuple | None] = [None]
+
+
 class LinkEmulator:
     """One direction of one link: loss, a FIFO queue served at ``rate_bps`` (or the share of
     it that ``capacity`` leaves), then delay; FIFO delivery by default.
@@ -523,7 +529,9 @@ class LinkEmulator:
         return d.delay_s + offset if isinstance(d, ConstantDelay) else None
 
     def admit_batch(self, times: np.ndarray, nbytes: np.ndarray | int) -> np.ndarray:
-        """Release times of packets admitted at nondecreasing ``times``; NaN where dropped."""
+        """Release times of packets admitted at nondecreasing ``times``; NaN where dropped.
+        The arrays handed in must not change afterwards, and the result is read-only: it
+        may be another call's."""
         times = np.asarray(times, dtype=np.float64)
         fixed = self._fixed_delay()
         if (
@@ -540,10 +548,20 @@ class LinkEmulator:
             # A plain wire, the simulator's common case: no draws, no queue accounting, and
             # FIFO by construction (a constant delay after a FIFO serializer). The same
             # arithmetic as below, without its per-call overhead.
+            state = (self.rate_bps, fixed, self.reorder, self._free_at, self._last_release)
+            last = _last_plain[0]
+            if last is not None and last[0] is times and last[1] is nbytes and last[2] == state:
+                # the same arrays into a wire of the same rate, delay and state (a switch's
+                # multicast into identical downlinks): the same result, computed once
+                _, _, _, release, nsum, self._free_at, self._last_release = last
+                self.packets += times.size
+                self.bytes += nsum
+                return release
             if times.size > 1 and (times[1:] < times[:-1]).any():
                 raise ValueError("admit_batch needs 1-D nondecreasing times and sizes >= 0")
+            nsum = int(nbytes.sum())
             self.packets += times.size
-            self.bytes += int(nbytes.sum())
+            self.bytes += nsum
             if self.rate_bps is None:
                 departure = times
             else:
@@ -553,6 +571,15 @@ class LinkEmulator:
             if not self.reorder:
                 release = np.maximum(release, self._last_release)
                 self._last_release = float(release[-1])
+            _last_plain[0] = (
+                times,
+                nbytes,
+                state,
+                release,
+                nsum,
+                self._free_at,
+                self._last_release,
+            )
             return release
         sizes = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), times.shape)
         if times.ndim != 1 or np.any(np.diff(times) < 0) or np.any(sizes < 0):

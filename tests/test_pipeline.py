@@ -258,3 +258,43 @@ def test_batch_equals_one_at_a_time(packets):
     assert np.array_equal(one.counters.stats, batch.counters.stats)
     assert np.array_equal(one.registers.values, batch.registers.values)
     assert one.registers.bitmap == batch.registers.bitmap
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_whole_batch_steps_equal_the_per_packet_loop(seed):
+    """`Pipeline.vectorized` (the common batch in whole-batch steps) against the per-packet
+    loop: workers filling slot copies generation after generation, with duplicates, losses,
+    both shadow copies and other ops in some batches, cut into batches of random sizes."""
+    rng = np.random.default_rng(seed)
+    stream = []
+    for gen in range(12):
+        op = [Op.SUM, Op.SUM, Op.OR, Op.MAX][rng.integers(4)]
+        for slot in range(4):
+            for w in rng.permutation(3).tolist():
+                if rng.random() < 0.05:
+                    continue  # lost
+                lanes = rng.integers(-(2**31), 2**31, L)
+                exp, level = rng.integers(0, 9, 2).tolist()
+                stream.append(pkt(w, seq=gen * 4 + slot, lanes=lanes, op=op, exp=exp, level=level))
+                if rng.random() < 0.08:
+                    stream.append(stream[rng.integers(len(stream))])  # a duplicate, maybe late
+    vec, loop = make(), make()
+    loop.vectorized = False
+    stride = len(stream[0])
+    outs = {}
+    for p in (vec, loop):
+        cut, got, i = np.random.default_rng(seed), [], 0
+        while i < len(stream):
+            batch = stream[i : i + int(cut.integers(1, 30))]
+            i += len(batch)
+            data = np.frombuffer(b"".join(batch), np.uint8).reshape(len(batch), stride)
+            out = Outputs.allocate(len(batch), stride)
+            p.process_batch(data, np.full(len(batch), stride), out)
+            got += out.packets()
+        outs[p] = got
+    assert outs[vec] == outs[loop] and len(outs[vec]) > 20
+    assert np.array_equal(vec.counters.stats, loop.counters.stats)
+    assert np.array_equal(vec.counters.workers, loop.counters.workers)
+    assert np.array_equal(vec.registers.values, loop.registers.values)
+    for name in vec.registers.SCALARS:
+        assert getattr(vec.registers, name) == getattr(loop.registers, name), name

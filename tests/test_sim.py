@@ -13,6 +13,7 @@ import pytest
 
 from ina.host.allreduce import Worker
 from ina.protocol import FRAME_OVERHEAD, packet_bytes
+from ina.sim import allreduce as sim_allreduce
 from ina.sim.allreduce import run, workers_for
 from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, build
 
@@ -118,6 +119,30 @@ def test_same_seed_same_result_any_engine_and_different_seeds_differ():
 
     assert sim_fields(a) == sim_fields(b)
     assert sim_fields(a) != sim_fields(c)
+
+
+def test_lookahead_batching_changes_no_result_even_under_tail_drop(monkeypatch):
+    """The nodes' batches of arrivals (lookahead) against one packet per event, with a port
+    buffer smaller than the window: the window lets chunks out at the arrival of the result
+    that made room for each, so the same packets overflow and the same chunks are resent."""
+    link = LinkSpec(rate_bps=10e9, prop_delay_s=5e-6, buffer_bytes=16_000)
+    s = spec(up=link, down=link, rto_s=1e-3, min_rto_s=200e-6)
+    batched = run(s, size=50_000, iters=2)
+
+    def one_per_event(*args):
+        net = build(*args)
+        for node in [*net.workers, net.switch]:
+            node.lookahead = 1e-9
+        return net
+
+    monkeypatch.setattr(sim_allreduce, "build", one_per_event)
+    single = run(s, size=50_000, iters=2)
+    assert single["events"] > 3 * batched["events"]
+    assert batched["retransmissions"] == single["retransmissions"] > 0  # tail drops happened
+    for key in ("packets_on_links", "packets_sent_per_worker", "counters"):
+        assert batched[key] == single[key]
+    for key in ("call_seconds", "queue_delay_up_s"):  # equal up to the order of float sums
+        assert batched[key] == pytest.approx(single[key], rel=1e-12)
 
 
 def test_the_switch_rate_limits_aggregation():

@@ -202,3 +202,71 @@ def test_a_check_on_the_first_chunk_aborts_the_call_early():
     with pytest.raises(ValueError, match="disagree"):
         for _ in range(100):
             wire.step()
+
+
+CHUNKS = 90
+
+
+def _replies(core: TransportCore, sends, rtt) -> list[tuple[float, bytes]]:
+    """The switch's RESULT for every datagram sent (one worker: each completes its slot),
+    arriving ``rtt(chunk)`` after it left."""
+    out = []
+    for buf, rows, at in sends:
+        at = np.broadcast_to(at, rows.shape)
+        for r, t in zip(rows.tolist(), at.tolist(), strict=True):
+            reply = buf[r].copy()
+            hdr = reply[:HEADER_BYTES].copy().view(HEADER_DTYPE)
+            hdr["flags"] = Flag.RESULT
+            reply[:HEADER_BYTES] = hdr.view(np.uint8)
+            out.append((t + rtt(r), reply.tobytes()))
+    return out
+
+
+def _send_log(batched: bool, rtt, horizon: float, pool: int = 32):
+    """Every (chunk, send time) of one call whose results come back after ``rtt(chunk)``,
+    fed to the core per ``horizon`` of time in one batch, or one result per call; and the
+    core's window state at the end."""
+    cfg = config(0, 1, pool_size=pool, rto=1.0, min_rto=1e-3, queue_target=0.2)
+    core = TransportCore(cfg, nonce=1)
+    core.epoch = 1  # joined already: the call starts sending at once
+    core.start(Round(np.arange(CHUNKS * LANES, dtype=np.int32)), 0.0)
+    log: list[tuple[int, float]] = []
+    inflight: list[tuple[float, bytes]] = []
+    now = 0.0
+    for _ in range(1000):
+        if core.idle:
+            state = (core.window, core._slow_start, core._base_rtt, list(core._recent))
+            return log, state
+        sends = core.pop_sends()
+        for _, rows, at in sends:
+            log += zip(rows.tolist(), np.broadcast_to(at, rows.shape).tolist(), strict=True)
+        inflight = sorted(inflight + _replies(core, sends, rtt))
+        now += horizon
+        due = [p for p in inflight if p[0] < now]
+        inflight = inflight[len(due) :]
+        batches = ([due] if due else []) if batched else [[p] for p in due]
+        for batch in batches:
+            rx = np.frombuffer(b"".join(p for _, p in batch), np.uint8).reshape(len(batch), -1)
+            core.receive(rx, np.full(len(batch), core.pb), np.array([t for t, _ in batch]))
+    raise AssertionError("the call did not finish")
+
+
+def _rtt(c: int) -> float:
+    """2 ms for the first chunks, then 2.25-2.35 ms: past half the queueing target (0.4 ms:
+    slow start ends), never past it (the window never shrinks); out of order."""
+    return 2e-3 if c < 8 else 2.25e-3 + 2.5e-5 * ((c * 7) % 5)
+
+
+@pytest.mark.parametrize("pool", [32, 8])
+def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends(pool):
+    # A batch spans 2 ms of arrivals. Pool 32: the window starts at 8 chunks and grows a
+    # chunk per result, then a chunk per window of results; a chunk the window lets out
+    # leaves when the result that made room for it arrives, not at the batch's first
+    # arrival. Pool 8: the window is the pool from the start (the core's vectorized case).
+    one_by_one, end_one = _send_log(False, _rtt, 2e-3, pool)
+    batched, end_batched = _send_log(True, _rtt, 2e-3, pool)
+    assert len(one_by_one) == CHUNKS and [c for c, _ in one_by_one] != sorted(range(CHUNKS))
+    assert batched == one_by_one
+    assert end_batched == end_one and end_one[1] is False  # slow start ended in both
+    if pool == 32:  # the window let chunks out at several arrival times within one batch
+        assert len({t for _, t in batched}) > 10 and end_one[0] < pool

@@ -52,9 +52,9 @@ def scale_table() -> None:
 def main(args: argparse.Namespace) -> int:
     print(
         "| engine | workers | lanes | calls x values | simulated ms | wall s | packets | "
-        "packets per wall s | events |"
+        "packets per wall s | CPU s | packets per CPU s | events |"
     )
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for engine in sorted(ENGINES):
         spec = NetworkSpec(workers=args.workers, lanes=args.lanes, engine=engine)
         run(spec, 20_000, 1)  # warm-up: imports, caches
@@ -63,7 +63,9 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"| {engine} | {args.workers} | {args.lanes} | {args.iters} x {args.size:,} | "
             f"{1e3 * r['sim_seconds']:.3f} | {r['wall_seconds']:.2f} | "
-            f"{r['packets_on_links']:,} | {r['wall_packets_per_second']:,.0f} | {r['events']:,} |",
+            f"{r['packets_on_links']:,} | {r['wall_packets_per_second']:,.0f} | "
+            f"{r['wall_cpu_seconds']:.2f} | {r['packets_on_links'] / r['wall_cpu_seconds']:,.0f} | "
+            f"{r['events']:,} |",
             flush=True,
         )
     if args.scale:

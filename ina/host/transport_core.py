@@ -12,10 +12,13 @@ it received and timer expiries, and sends what it hands back::
     result = core.result()
 
 Time is whatever clock the driver has, in seconds. ``receive`` also takes one time per
-datagram (when each arrived), and every datagram handed back carries the time it is sent
-(the arrival time of the result that freed its slot): the simulator feeds a batch of
-arrivals at their exact times in one call, and the core answers as if it had seen them one
-by one. The UDP driver passes one "now" and sends everything at once.
+datagram (when each arrived), and every datagram handed back carries the time it is sent:
+the arrival of the result that let it out (the one that freed its slot, or the one that
+made room in the window, whichever came later). The core walks a batch's results in
+arrival order, growing the window per sample, so a simulator that feeds a batch of
+arrivals at their exact times in one call gets the sends it would get feeding them one by
+one (the retransmission timeout alone is updated once per batch, from the batch's mean and
+spread). The UDP driver passes one "now" and sends everything at once.
 
 Two drivers use it: the UDP transport (`ina.host.transport.Transport`, wall clock) and the
 simulator (`ina.sim`, virtual time). The rules, in the order a call meets them:
@@ -84,15 +87,20 @@ The timeout follows RFC 6298's estimator (and at least twice the smoothed round 
 with Karn samples: only chunks never
 retransmitted give round-trip samples, which also go to ``rtt_listener`` (DC2's monitor).
 
-All per-packet work is vectorized over the batch of datagrams a driver hands in.
+Per-packet work is vectorized over the batch of datagrams a driver hands in, except the walk
+through a batch's results when chunks wait for the window or the window changes (one
+result at a time, in arrival order, so that a batch gives the sends one by one would).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ina.host.rounds import Reduced, Round
 from ina.protocol import (
@@ -226,9 +234,11 @@ class _Call:
         self.ndone = 0
         self.pending: dict[int, int] = {}
         # chunks whose slot is free (their predecessor c - pool_size is done) but that the
-        # window has not let out yet, lowest first
-        self.ready = np.arange(min(pool, C))
-        self.ready_at = np.full(self.ready.size, -np.inf)  # when each became ready
+        # window has not let out yet: a heap of (chunk, when it became ready), lowest first
+        self.ready: list[tuple[int, float]] = []
+        # chunks let out (and their send times) not yet handed to the driver
+        self.go: list[int] = []
+        self.go_at: list[float] = []
         self.low = 0  # the lowest chunk without its result (always allowed out)
         self.flying = 0  # chunks sent whose results are not in
         self.tx: np.ndarray | None = None  # (C, pb) built once the epoch is known
@@ -272,7 +282,7 @@ class TransportCore:
         self._rttvar = 0.0
         self._base_rtt = np.inf  # the least round trip seen: the path without queues
         self._backoff_until = -np.inf  # the timeout doubles at most once per timeout period
-        self._recent = np.zeros(0)  # the last RECENT_SAMPLES round-trip samples
+        self._recent: deque[float] = deque(maxlen=RECENT_SAMPLES)  # the latest samples
         self._last_cut = -np.inf  # when the window last shrank (once per round trip)
         self._join: _Join | None = None
         self._call: _Call | None = None
@@ -371,7 +381,8 @@ class TransportCore:
         k = int(lengths.size)
         if k == 0:
             return
-        now = np.broadcast_to(np.asarray(now, dtype=np.float64), (k,))
+        if not (isinstance(now, np.ndarray) and now.shape == (k,)):
+            now = np.broadcast_to(np.asarray(now, dtype=np.float64), (k,))
         if rx.shape[1] < self.pb:  # nothing this narrow can be ours
             self.stats.ignored += k
             return
@@ -482,40 +493,48 @@ class TransportCore:
         hdr["num_lanes"][-1] = call.n - (C - 1) * L
         hdr["epoch"] = self.epoch
         tx[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(C, HEADER_BYTES)
-        lanes = np.zeros(C * L, dtype=LANE_DTYPE)
-        lanes[: call.n] = self._values
-        tx[:, HEADER_BYTES:] = lanes.view(np.uint8).reshape(C, L * 4)
+        # the values byte-swapped straight into the packets (the last one's tail stays 0)
+        lanes = tx[:, HEADER_BYTES:].view(LANE_DTYPE)  # (C, L), a view into tx
+        full = call.n // L
+        lanes[:full] = self._values[: full * L].reshape(full, L)
+        if full < C:
+            lanes[full, : call.n - full * L] = self._values[full * L :]
         call.tx = tx
         self._values = None
-        call.ready_at[:] = now
-        self._send_ready(call, np.zeros(0, np.int64), np.zeros(0), now)
+        call.ready = [(c, now) for c in range(min(cfg.pool_size, C))]  # sorted: a heap
+        self._release(call, now)
+        self._flush(call)
 
-    def _send_ready(
-        self, call: _Call, freed: np.ndarray, freed_at: np.ndarray, room_at: float
-    ) -> None:
-        """Chunks ``freed`` may use their slot from ``freed_at`` on; send what the window
-        allows: lost chunks first (lowest first), then the lowest ready ones. A chunk that
-        had to wait for the window leaves at ``room_at``, when the window opened."""
-        ready, ready_at = call.ready, call.ready_at
-        if freed.size:
-            ready = np.concatenate([ready, freed])
-            ready_at = np.concatenate([ready_at, freed_at])
-            order = np.argsort(ready, kind="stable")
-            ready, ready_at = ready[order], ready_at[order]
-        if call.low < call.C and call.done[call.low]:
-            rest = call.done[call.low :]
-            call.low += int(rest.argmin()) if not rest.all() else rest.size
-        n = max(int(self.window) - call.flying, 0)
-        if ready.size and ready[0] == call.low:
-            n = max(n, 1)  # the lowest unfinished chunk may always go: no deadlock
-        if not n or not ready.size:
-            call.ready, call.ready_at = ready, ready_at
+    def _release(self, call: _Call, now: float) -> None:
+        """Let out the lowest ready chunks the window has room for, at ``now`` (or when each
+        became ready, if later)."""
+        ready = call.ready
+        if not ready:
             return
-        go, call.ready = ready[:n], ready[n:]
-        at, call.ready_at = np.maximum(ready_at[:n], room_at), ready_at[n:]
-        call.flying += go.size
-        order = np.argsort(at, kind="stable")  # on the wire in time order
-        go, at = go[order], at[order]
+        C, done, low = call.C, call.done, call.low
+        while low < C and done[low]:
+            low += 1
+        call.low = low
+        n = int(self.window) - call.flying
+        if n < 1:
+            if ready[0][0] != low:
+                return
+            n = 1  # the lowest unfinished chunk may always go: no deadlock
+        n = min(n, len(ready))
+        call.flying += n
+        go, at = call.go, call.go_at
+        for _ in range(n):
+            c, t = heappop(ready)
+            go.append(c)
+            at.append(t if t > now else now)
+
+    def _flush(self, call: _Call) -> None:
+        """Hand the chunks let out since the last flush to the driver, in time order."""
+        if not call.go:
+            return
+        go = np.array(call.go, dtype=np.int64)
+        at = np.array(call.go_at)
+        call.go, call.go_at = [], []
         call.sent[go] = True
         call.first_sent[go] = at
         call.deadline[go] = at + self.rto
@@ -531,46 +550,95 @@ class TransportCore:
         now: np.ndarray,
     ) -> None:
         is_result = (hdr["flags"][rows] & Flag.RESULT) != 0
-        if (~is_result).any():  # PENDING replies: remember who the switch has heard from
+        if not is_result.all():  # PENDING replies: remember who the switch has heard from
             for c, r in zip(chunks[~is_result].tolist(), rows[~is_result].tolist(), strict=True):
                 call.pending[c] = int(hdr[r]["bitmap"])
-        rc, rr = chunks[is_result], rows[is_result]
-        fresh = ~call.done[rc]
-        self.stats.duplicate_results += int((~fresh).sum())
-        rc, rr = rc[fresh], rr[fresh]
-        rc, first = np.unique(rc, return_index=True)  # the same chunk twice in one batch
-        rr = rr[first]
-        if not rc.size:
+            chunks, rows = chunks[is_result], rows[is_result]
+        fresh = ~call.done[chunks]
+        if not fresh.all():
+            self.stats.duplicate_results += int((~fresh).sum())
+            chunks, rows = chunks[fresh], rows[fresh]
+        rc = chunks.tolist()
+        if len(set(rc)) != len(rc):  # the same chunk twice in one batch: the first counts
+            first = sorted({c: i for i, c in reversed(list(enumerate(rc)))}.values())
+            self.stats.duplicate_results += len(rc) - len(first)
+            chunks, rows = chunks[first], rows[first]
+            rc = chunks.tolist()
+        if not rc:
             return
-        call.out[rc] = rx[rr, HEADER_BYTES : self.pb].copy().view(LANE_DTYPE)
-        call.done[rc] = True
-        call.deadline[rc] = np.inf
-        call.ndone += rc.size
-        call.flying -= int(call.sent[rc].sum())
-        self.stats.results += rc.size
-        call.exp_max = max(call.exp_max, int(hdr["exp"][rr].max()))
-        call.level_max = max(call.level_max, int(hdr["level"][rr].max()))
-        t = now[rr]  # when each result arrived
-        room_at = float(t.min())
-        clean = call.retries[rc] == 0
-        if clean.any():
-            rtt = t[clean] - call.first_sent[rc[clean]]
-            self._update_rto(rtt)
-            self._adapt_window(rtt, float(t.max()))
-            self.stats.rtt_samples += rtt.size
-            self.stats.rtt_sum += float(rtt.sum())
+        call.out[chunks] = rx[rows, HEADER_BYTES : self.pb].view(LANE_DTYPE)
+        call.deadline[chunks] = np.inf
+        call.ndone += len(rc)
+        self.stats.results += len(rc)
+        h = hdr[rows]
+        call.exp_max = max(call.exp_max, int(h["exp"].max()))
+        call.level_max = max(call.level_max, int(h["level"].max()))
+        t = now[rows]  # when each result arrived
+        clean = call.retries[chunks] == 0
+        rtt = t - call.first_sent[chunks]
+        samples = rtt[clean] if not clean.all() else rtt
+        if samples.size:
+            self._update_rto(samples)
+            self.stats.rtt_samples += samples.size
+            self.stats.rtt_sum += float(samples.sum())
             if self.rtt_listener is not None:
-                self.rtt_listener(rtt)
+                self.rtt_listener(samples)
         check = call.round.check
-        if check is not None and call.done[0] and rc[0] == 0:
+        if check is not None and 0 in rc:
             check(call.out[0])  # may raise (e.g. LengthMismatch): the call is abandoned
-        if call.ndone == call.C:
+        # One result at a time, in arrival order, as if each had come alone: the window
+        # grows per sample and a chunk it lets out leaves when the result that made room for
+        # it arrived (all at the batch's first arrival would send bursts earlier than
+        # one-by-one delivery).
+        finishing = call.ndone == call.C
+        pool, C = self.cfg.pool_size, call.C
+        done, sent, ready = call.done, call.sent, call.ready
+        if (
+            not ready
+            and call.flying <= pool
+            and sent[chunks].all()
+            and self._window_stays_full(samples)
+        ):
+            # The common case, vectorized: nothing waits for the window and it stays the
+            # whole pool, so one by one each result's successor would leave at once.
+            done[chunks] = True
+            call.flying -= len(rc)
+            if finishing:
+                self.finished_at = float(t.max())
+                self._finish(call)
+                return
+            nxt = chunks + pool
+            keep = nxt < C
+            go, at = nxt[keep], t[keep]
+            if go.size:
+                call.flying += go.size
+                sent[go] = True
+                call.first_sent[go] = at
+                call.deadline[go] = at + self.rto
+                self._queue(call.tx, go, at)
+            return
+        adapt = self.cfg.window_control
+        for c, ti, ok, sample in zip(rc, t.tolist(), clean.tolist(), rtt.tolist(), strict=True):
+            done[c] = True
+            if sent[c]:
+                call.flying -= 1
+            if ok and adapt:
+                self._adapt_window(sample, ti)
+            if finishing:
+                continue
+            if c + pool < C:  # its slot is free from now on
+                if not ready and call.flying < int(self.window):
+                    call.go.append(c + pool)  # nothing waits and the window has room: now
+                    call.go_at.append(ti)
+                    call.flying += 1
+                    continue
+                heappush(ready, (c + pool, ti))
+            self._release(call, ti)
+        if finishing:
             self.finished_at = float(t.max())
             self._finish(call)
             return
-        nxt = rc + self.cfg.pool_size
-        keep = nxt < call.C
-        self._send_ready(call, nxt[keep], t[keep], room_at)
+        self._flush(call)
 
     def _finish(self, call: _Call) -> None:
         self.stats.pending_bitmaps = call.pending
@@ -594,21 +662,66 @@ class TransportCore:
         self.stats.bytes_sent += int(rows.size) * self.pb
         self._sends.append((buf, rows, at))
 
-    def _adapt_window(self, rtt: np.ndarray, now: float) -> None:
-        """Delay-based window control (see the module docstring): the least of the last
-        ``RECENT_SAMPLES`` samples against the base round trip."""
+    def _window_stays_full(self, samples: np.ndarray) -> bool:
+        """`_adapt_window` over a batch of samples at once, for a window that is the whole
+        pool: it stays there (growth is capped at the pool) unless a sample would shrink it.
+        Applies what the samples one by one would do (base round trip, latest samples, the
+        end of slow start) and returns True; or returns False, changing nothing, when the
+        window is not the pool or a sample would shrink it (the caller then goes one by
+        one)."""
         if not self.cfg.window_control:
-            return
-        self._base_rtt = min(self._base_rtt, float(rtt.min()))
+            return True
+        if self.window != self.cfg.pool_size:
+            return False
+        n = samples.size
+        if not n:
+            return True
+        cfg = self.cfg
+        base_end = min(self._base_rtt, float(samples.min()))
+        queue_end = max(cfg.queue_target * base_end, cfg.min_rto / 4)
+        top = float(samples.max())
+        # Below the least threshold any sample would meet (the base only falls, so the
+        # thresholds do), no sample shrinks the window or ends slow start: the usual case.
+        if top <= base_end + (queue_end / 2 if self._slow_start else queue_end):
+            self._base_rtt = base_end
+            self._recent.extend(samples.tolist())
+            return True
+        # the base round trip after each sample, and the least of the latest samples
+        base = np.minimum.accumulate(np.concatenate(([self._base_rtt], samples)))[1:]
+        r0 = len(self._recent)
+        recent = np.concatenate((np.array(self._recent, dtype=np.float64), samples))
+        first = max(0, RECENT_SAMPLES - 1 - r0)  # the first sample with a full history
+        slow_start = self._slow_start
+        if first < n:
+            least = sliding_window_view(recent, RECENT_SAMPLES).min(axis=1)[
+                r0 + first - (RECENT_SAMPLES - 1) :
+            ]
+            b = base[first:]
+            queue = np.maximum(self.cfg.queue_target * b, self.cfg.min_rto / 4)
+            if (least > b + queue).any():
+                return False
+            if slow_start and (least > b + queue / 2).any():
+                slow_start = False
+        self._slow_start = slow_start
+        self._base_rtt = float(base[-1])
+        self._recent.extend(samples.tolist())
+        return True
+
+    def _adapt_window(self, rtt: float, now: float) -> None:
+        """Delay-based window control (see the module docstring), one sample at a time: the
+        least of the last ``RECENT_SAMPLES`` samples against the base round trip."""
+        if rtt < self._base_rtt:
+            self._base_rtt = rtt
+        pool = float(self.cfg.pool_size)
         if self._slow_start:  # one more chunk per result: doubles every round trip
-            self.window = min(self.window + rtt.size, float(self.cfg.pool_size))
+            self.window = min(self.window + 1.0, pool)
         else:  # one more chunk per window of results
-            self.window = min(self.window + rtt.size / self.window, float(self.cfg.pool_size))
-        recent = np.concatenate([self._recent, rtt])[-RECENT_SAMPLES:]
-        self._recent = recent
-        if recent.size < RECENT_SAMPLES:
+            self.window = min(self.window + 1.0 / self.window, pool)
+        recent = self._recent
+        recent.append(rtt)
+        if len(recent) < RECENT_SAMPLES:
             return
-        least = float(recent.min())
+        least = min(recent)
         # queueing allowed: queue_target base round trips, and never less than a quarter of
         # min_rto (a storm needs queues near the timeout; below that, host jitter on a busy
         # machine looks like queueing and would shrink the window for nothing)

@@ -121,6 +121,13 @@ class _Wakeup:
         self.fn()
 
 
+# The last frame sizes and queueing delay a `Link` computed, with the arrays they came from
+# (held, so ``is`` means the same arrays; packets handed to a link are never written to): a
+# switch's multicast hands the same arrays to many links.
+_last_frame: list[tuple | None] = [None]
+_last_queued: list[tuple | None] = [None]
+
+
 class Link:
     """One direction of a link: a `LinkEmulator` that hands packets to ``deliver``."""
 
@@ -142,15 +149,32 @@ class Link:
 
     def _queued(self, times: np.ndarray, frame: np.ndarray, release: np.ndarray) -> float:
         rate = self.emulator.rate_bps
-        unloaded = self.emulator.delay.min_delay() + (0.0 if rate is None else frame * 8 / rate)
-        return float(np.maximum(release - times - unloaded, 0.0).sum())
+        floor = self.emulator.delay.min_delay()
+        last = _last_queued[0]  # a multicast's copies: the same arrays into identical links
+        if (
+            last is not None
+            and last[0] is times
+            and last[1] is frame
+            and last[2] is release
+            and last[3:5] == (rate, floor)
+        ):
+            return last[5]
+        unloaded = floor + (0.0 if rate is None else frame * 8 / rate)
+        queued = float(np.maximum(release - times - unloaded, 0.0).sum())
+        _last_queued[0] = (times, frame, release, rate, floor, queued)
+        return queued
 
     def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         """Packets ``data`` (rows, not to be written to again) enter the link at ``times``
         (nondecreasing)."""
         if not times.size:
             return
-        frame = lengths + FRAME_OVERHEAD  # what occupies the wire: the whole frame
+        last = _last_frame[0]
+        if last is not None and last[0] is lengths:
+            frame = last[1]  # the same packets as the last link's (a multicast): same frames
+        else:
+            frame = lengths + FRAME_OVERHEAD  # what occupies the wire: the whole frame
+            _last_frame[0] = (lengths, frame)
         release = self.emulator.admit_batch(times, frame)
         ok = release == release  # not NaN: not dropped
         if ok.all():
@@ -274,15 +298,16 @@ class SwitchNode:
         lengths = np.full(m, pb, np.int64)
         multicast = dest == MULTICAST
         targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
-        for g, j in {
-            (int(g), int(j)) for g, j in zip(group[multicast], job[multicast], strict=True)
-        }:
-            rows = multicast & (group == g) & (job == j)
+        kinds = set(zip(dest.tolist(), group.tolist(), job.tolist(), strict=True))
+        for d, g, j in kinds:
+            if d != MULTICAST:
+                continue
+            # the common case, one group's results only: every output, no mask to build
+            rows = multicast & (group == g) & (job == j) if len(kinds) > 1 else multicast
             for _, rid in self.pipeline.tables.mcast_groups.get(g, ()):
                 targets[(j, rid)] = targets.get((j, rid), False) | rows
-        unicast = ~multicast
-        for j, w in {(int(j), int(w)) for j, w in zip(job[unicast], dest[unicast], strict=True)}:
-            rows = unicast & (job == j) & (dest == w)
+        for j, w in {(j, d) for d, _, j in kinds if d != MULTICAST}:
+            rows = ~multicast & (job == j) & (dest == w)
             targets[(j, w)] = targets.get((j, w), False) | rows
         # a port that several workers share (jobs on one host) takes all their rows at once,
         # in time order

@@ -63,7 +63,13 @@ which packets of clients that never JOIN use).
 
 The pipeline processes batches: parsing and validation are vectorized over the batch; the
 stateful stages run per packet in order, so a batch behaves exactly like the same packets one
-at a time, which is what the P4 program does.
+at a time, which is what the P4 program does. One kind of batch, the common one on a busy
+switch, takes whole-batch steps instead (``_contribute_all``): every packet a first count of
+one job (no parent) into slot copies whose sibling copies the batch does not touch, none
+completed more than once. Its copies are independent and each one's packets only add (int32
+SUM wraps, so any order gives the same sums) until the last completes it, so reducing each
+copy's lanes at once and writing its registers once gives the per-packet loop's registers,
+outputs and counters (`tests/test_pipeline.py` runs both on the same batches).
 """
 
 from __future__ import annotations
@@ -117,6 +123,9 @@ _RESULT_FLAG = int(Flag.RESULT)
 # enum's own operator first and costs tens of microseconds per batch.
 _OP_FIRST, _OP_LAST = int(Op.SUM), int(Op.JOIN)
 _RESULT, _PENDING, _SHADOW = int(Flag.RESULT), int(Flag.PENDING), int(Flag.SHADOW)
+# An output's flags by its kind (0 result multicast, 1 result unicast, 2 pending unicast,
+# 3 up to the parent: a contribution, no reply flag)
+_KIND_FLAGS = np.array([_RESULT, _RESULT, _PENDING, 0], dtype=np.int64)
 
 
 @dataclass
@@ -188,6 +197,9 @@ class Pipeline:
         self.registers = SlotRegisters(pool_total, lanes, storage)
         self.runs = RunRegisters(storage)
         self.counters = counters if counters is not None else Counters(storage)
+        # the common batch in whole-batch steps (`_contribute_all`); False: one packet at a
+        # time always (the two are compared by tests/test_pipeline.py)
+        self.vectorized = True
 
     # -- control plane -----------------------------------------------------------------
 
@@ -282,31 +294,8 @@ class Pipeline:
         raw = data[:n, HEADER_BYTES:pb] if idx.size == n else data[idx, HEADER_BYTES:pb]
         lanes_in = raw.view(LANE_DTYPE).astype(np.int32)
         h = hdr[idx]
-        ops = h["op"].tolist()
-        shadows = ((h["flags"] & _SHADOW) != 0).astype(np.int64).tolist()
-        workers = h["worker_id"].tolist()
-        jobs_in = h["job_id"].tolist()
-        slots = h["slot"].tolist()
-        seqs = h["seq"].tolist()
-        exps = h["exp"].tolist()
-        levels = h["level"].tolist()
-        epochs = h["epoch"].tolist()
-        flags = h["flags"].tolist()
         flen = frame_len[idx].tolist()
-
         jobs = self.tables.jobs
-        parents = self.tables.parents
-        reg = self.registers
-        r_seq, r_epoch, r_bitmap, r_count = reg.seq, reg.epoch, reg.bitmap, reg.count
-        r_exp, r_level, r_values, r_down = reg.exp, reg.level, reg.values, reg.down
-        runs = self.runs
-        up_nonce, up_joined = runs.up_nonce, runs.up_joined
-        j_epoch, j_bitmap, j_count, j_nonce = (
-            runs.job_epoch,
-            runs.join_bitmap,
-            runs.join_count,
-            runs.join_nonce,
-        )
         agg_wrow: list[int] = []  # worker_contributions rows and bytes, flushed per batch
         agg_len: list[int] = []
 
@@ -321,7 +310,46 @@ class Pipeline:
         out_up: dict[int, tuple[int, int | None]] = {}  # UP output -> (worker_id, JOIN seq)
         staged = out.staging(self.lanes)
 
-        for k in range(idx.size):
+        # The common batch (every packet a first count into one job's slots, each copy
+        # completed at most once) in a few whole-batch steps; anything else, one packet at a
+        # time below. Both give the same registers, outputs and counters.
+        todo = idx.size
+        if self.vectorized and self._contribute_all(
+            h, lanes_in, flen, tally, out_k, out_bitmap, out_exp, out_level, out_epoch, staged
+        ):
+            todo = 0
+            out_kind = [0] * len(out_k)
+            # worker_contributions of the one job at once
+            w = h["worker_id"].astype(np.int64)
+            first = jobs[int(h["job_id"][0])].job_index * MAX_WORKERS
+            mine = self.counters.workers[first : first + MAX_WORKERS]
+            mine[:, 0] += np.bincount(w, minlength=MAX_WORKERS)
+            mine[:, 1] += np.bincount(w, frame_len[idx], MAX_WORKERS).astype(np.int64)
+        else:
+            ops = h["op"].tolist()
+            shadows = ((h["flags"] & _SHADOW) != 0).astype(np.int64).tolist()
+            workers = h["worker_id"].tolist()
+            jobs_in = h["job_id"].tolist()
+            slots = h["slot"].tolist()
+            seqs = h["seq"].tolist()
+            exps = h["exp"].tolist()
+            levels = h["level"].tolist()
+            epochs = h["epoch"].tolist()
+            flags = h["flags"].tolist()
+
+        parents = self.tables.parents
+        reg = self.registers
+        r_seq, r_epoch, r_bitmap, r_count = reg.seq, reg.epoch, reg.bitmap, reg.count
+        r_exp, r_level, r_values, r_down = reg.exp, reg.level, reg.values, reg.down
+        runs = self.runs
+        up_nonce, up_joined = runs.up_nonce, runs.up_joined
+        j_epoch, j_bitmap, j_count, j_nonce = (
+            runs.job_epoch,
+            runs.join_bitmap,
+            runs.join_count,
+            runs.join_nonce,
+        )
+        for k in range(todo):
             fl = flen[k]
             # -- JobLookup --------------------------------------------------------------
             job = jobs.get(jobs_in[k])
@@ -566,7 +594,7 @@ class Pipeline:
             kinds = np.asarray(out_kind)
             oh = h[ks].copy()
             shadow_bits = oh["flags"] & _SHADOW
-            oh["flags"] = np.select([kinds == 2, kinds == 3], [_PENDING, 0], _RESULT) | shadow_bits
+            oh["flags"] = _KIND_FLAGS[kinds] | shadow_bits
             oh["bitmap"] = out_bitmap
             oh["exp"] = out_exp
             oh["level"] = out_level
@@ -578,9 +606,10 @@ class Pipeline:
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
             # byte-swapped straight into the output rows (no big-endian temporary)
             out.data[:m, HEADER_BYTES:pb].view(LANE_DTYPE)[:] = staged[:m]
-            out.dest[:m] = np.select(
-                [kinds == 0, kinds == 3], [MULTICAST, PARENT], oh["worker_id"].astype(np.int32)
-            )
+            dest = oh["worker_id"].astype(np.int32)  # kind 1 and 2: unicast to the sender
+            dest[kinds == 0] = MULTICAST
+            dest[kinds == 3] = PARENT
+            out.dest[:m] = dest
             out.job_id[:m] = oh["job_id"]
             out.src[:m] = idx[ks]
             grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
@@ -604,6 +633,131 @@ class Pipeline:
             np.add.at(wstats[:, 0], agg_wrow, 1)
             np.add.at(wstats[:, 1], agg_wrow, agg_len)
         return m
+
+    def _contribute_all(
+        self,
+        h: np.ndarray,
+        lanes_in: np.ndarray,
+        flen: list[int],
+        tally: list[int],
+        out_k: list[int],
+        out_bitmap: list[int],
+        out_exp: list[int],
+        out_level: list[int],
+        out_epoch: list[int],
+        staged: np.ndarray,
+    ) -> bool:
+        """The stateful stages for a batch of valid packets in which every packet is a
+        counted contribution (NEW or CONTRIBUTE) of one job without a parent, to slot copies
+        whose sibling copies the batch does not touch, none completed more than once: per
+        copy, the lanes reduced in one step (SUM wraps, so any order gives the same int32s),
+        the registers written once, a RESULT for each copy the batch completes (at its last
+        packet, in input order). Returns False, having changed nothing, for any other batch.
+        """
+        n = h.size
+        job_ids = h["job_id"]
+        job = self.tables.jobs.get(int(job_ids[0]))
+        if job is None or (job_ids != job.job_id).any() or job.job_id in self.tables.parents:
+            return False
+        op = int(h["op"][0])
+        flags = h["flags"]
+        if op == _JOIN or (h["op"] != op).any() or (flags & _FROM_PARENT).any():
+            return False
+        nw, psize = job.num_workers, job.pool_size
+        e = self.runs.job_epoch[job.job_index]
+        w = h["worker_id"].astype(np.int64)
+        q = h["seq"].astype(np.int64)
+        s = h["slot"].astype(np.int64)
+        shadow = (flags & _SHADOW) != 0
+        if (
+            (w >= nw).any()
+            or (s >= psize).any()
+            or ((q & (psize - 1)) != s).any()
+            or (((q & psize) != 0) != shadow).any()
+            or (h["epoch"] != e).any()
+        ):
+            return False
+        rows = ((job.pool_base + s) << 1) + shadow
+        order = np.argsort(rows, kind="stable")  # each copy's packets, in input order
+        rs = rows[order]
+        starts = np.flatnonzero(np.concatenate(([True], rs[1:] != rs[:-1])))
+        qs = q[order]
+        if (np.maximum.reduceat(qs, starts) != np.minimum.reduceat(qs, starts)).any():
+            return False
+        masks = np.bitwise_or.reduceat((1 << w)[order], starts).tolist()
+        copies = rs[starts].tolist()
+        counts = np.diff(np.append(starts, n)).tolist()
+        if len({c >> 1 for c in copies}) != len(copies):
+            return False  # both copies of a slot: a count clears bits in the other copy
+        reg = self.registers
+        plan = []
+        for row, qr, mask, cnt_b in zip(copies, qs[starts].tolist(), masks, counts, strict=True):
+            if mask.bit_count() != cnt_b:
+                return False  # a worker twice: the second is a DUPLICATE
+            cnt = reg.count[row]
+            new = not cnt or reg.epoch[row] != e or qr == (reg.seq[row] + 2 * psize) & _MASK32
+            if not new and (qr != reg.seq[row] or cnt >= nw or reg.bitmap[row] & mask):
+                return False  # STALE or DUPLICATE
+            total = cnt_b if new else cnt + cnt_b
+            if total > nw:
+                return False  # counts past completion: DUPLICATEs
+            plan.append((row, qr, mask, new, total))
+        # -- LaneAggregate, ExpLevelMax: whole copies at once
+        lanes = lanes_in[order]
+        ufunc = np.add if op == _SUM else np.bitwise_or if op == _OR else np.maximum
+        if len(set(counts)) == 1:  # as many packets for every copy: whole-row steps
+            per = lanes.reshape(len(copies), counts[0], -1)
+            red = per[:, 0].copy()
+            for j in range(1, counts[0]):
+                ufunc(red, per[:, j], out=red)  # int32: SUM wraps
+        else:  # (reduceat along rows is several times slower)
+            red = ufunc.reduceat(lanes, starts, axis=0, dtype=np.int32)
+        exp_max = np.maximum.reduceat(h["exp"][order], starts).tolist()
+        level_max = np.maximum.reduceat(h["level"][order], starts).tolist()
+        last = order[starts + np.asarray(counts) - 1].tolist()  # each copy's last packet
+        values = reg.values
+        done: list[tuple[int, int]] = []  # (last packet, row) of each completed copy
+        new_i, new_rows, old_i, old_rows = [], [], [], []
+        for i, (row, qr, mask, new, total) in enumerate(plan):
+            if new:
+                reg.seq[row] = qr
+                reg.epoch[row] = e
+                reg.down[row] = 0
+                reg.bitmap[row] = mask
+                reg.exp[row] = exp_max[i]
+                reg.level[row] = level_max[i]
+                new_i.append(i)
+                new_rows.append(row)
+            else:
+                reg.bitmap[row] |= mask
+                reg.exp[row] = max(reg.exp[row], exp_max[i])
+                reg.level[row] = max(reg.level[row], level_max[i])
+                old_i.append(i)
+                old_rows.append(row)
+            reg.count[row] = total
+            reg.bitmap[row ^ 1] &= ~mask
+            if total == nw:
+                done.append((last[i], row))
+        # the copies are distinct rows: one gather and one scatter each
+        if new_rows:
+            values[new_rows] = red[new_i]
+        if old_rows:
+            values[old_rows] = ufunc(values[old_rows], red[old_i])  # int32: SUM wraps
+        tally[_AGGREGATED] += n
+        tally[_AGGREGATED + 1] += sum(flen)
+        # -- ResultEmit: the completed copies, in the order of their last packets
+        done.sort()
+        m0 = len(out_k)
+        staged[m0 : m0 + len(done)] = values[[row for _, row in done]]
+        for k, row in done:
+            tally[_RESULTS] += 1
+            tally[_RESULTS + 1] += flen[k]
+            out_k.append(k)
+            out_bitmap.append(reg.bitmap[row])
+            out_exp.append(reg.exp[row])
+            out_level.append(reg.level[row])
+            out_epoch.append(e)
+        return True
 
     def _flush(self, tally: list[int]) -> None:
         """Add a batch's (packets, bytes) tallies, indexed 2 * Counter, to ``ina_stats``."""
