@@ -253,10 +253,24 @@ class Run:
         self.data, self.model = parts.data, parts.model
         self.loader, self.sampler = parts.loader, parts.sampler
         self.test_x, self.test_y = parts.test_x, parts.test_y
-        self.ddp = DistributedDataParallel(self.model)  # broadcasts rank 0's parameters
+        plan = config.get("mergecomp") or None
+        # MergeComp: a bucket per gradient (DDP hands each over as soon as it exists) and
+        # the hook merges them into the plan's groups (the cap also applies to the first one)
+        self.ddp = DistributedDataParallel(  # broadcasts rank 0's parameters
+            self.model, **({"bucket_cap_mb": 1e-6} if plan else {})
+        )
+        self.merged = None
         if config["backend"] == "ina":
             self.worker, self.state = make_ina_worker(config, rank, world)
-            self.ddp.register_comm_hook(self.state, ina_allreduce_hook)
+            if plan:
+                from ina.train.hook import MergedHookState, mergecomp_hook
+
+                params = dict(self.model.named_parameters())
+                groups = [[params[n] for n in g] for g in plan["groups"]]
+                self.merged = MergedHookState(self.state, groups)
+                self.ddp.register_comm_hook(self.merged, mergecomp_hook)
+            else:
+                self.ddp.register_comm_hook(self.state, ina_allreduce_hook)
         elif config["backend"] != "gloo":
             raise ValueError(f"backend must be ina or gloo, got {config['backend']!r}")
         self.opt = torch.optim.SGD(
@@ -418,6 +432,7 @@ class Run:
                 hook_seconds=hs.seconds,
                 layout_changes=hs.layout_changes,
                 final_level=self.worker.level,
+                group_calls=self.merged.group_calls if self.merged else None,
             )
         (self.out / f"rank{self.rank}.json").write_text(json.dumps(mine))
         if self.step_log is not None:
@@ -459,6 +474,12 @@ class Run:
                 "gradient_bytes_per_step": 4 * num_parameters(self.model),
                 "ranks": everyone,
                 "replicas_identical": len({r["final_digest"] for r in everyone}) == 1,
+                "mergecomp": {
+                    **c["mergecomp"],
+                    "group_calls_per_rank": [r["group_calls"] for r in everyone],
+                }
+                if c.get("mergecomp")
+                else None,
             }
             (self.out / "result.json").write_text(json.dumps(result, indent=1))
             self._csv.close()
