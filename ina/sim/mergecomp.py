@@ -206,6 +206,16 @@ class MergePlan:
         groups = self.schedule.groups if groups is None else groups
         return self.forward_s + max(iteration_end(groups, self.tensors, self.cost), self.backward_s)
 
+    def baselines_s(self) -> dict[str, float]:
+        """The cost model's iteration time of per-tensor compression and of DDP's buckets
+        (1 MiB, then 25 MiB, filled in backward order), to compare with `iteration_s`."""
+        return {
+            "per tensor": self.iteration_s(per_tensor_partition(len(self.tensors))),
+            "DDP buckets": self.iteration_s(
+                by_size(self.tensors, [FIRST_BUCKET_BYTES, BUCKET_BYTES])
+            ),
+        }
+
     def describe(self) -> str:
         """The chosen partition, a line per group (boundaries, tensor count, values, bytes)."""
         return Schedule(self.schedule.groups, self.schedule.end_s).describe(self.tensors)
@@ -219,6 +229,8 @@ class MergePlan:
                 4 * sum(self.tensors[i].numel for i in g) for g in self.schedule.groups
             ],
             "predicted_iteration_ms": 1e3 * self.iteration_s(),
+            "predicted_per_tensor_ms": 1e3 * self.baselines_s()["per tensor"],
+            "predicted_ddp_buckets_ms": 1e3 * self.baselines_s()["DDP buckets"],
             "forward_ms": 1e3 * self.forward_s,
             "backward_ms": 1e3 * self.backward_s,
             "ready_ms": [1e3 * t.ready_s for t in self.tensors],

@@ -463,10 +463,12 @@ def print_summary(r: dict) -> None:
 
 def print_plan(plan, how: str) -> None:
     """MergeComp's chosen partition, once, before training (`ina train --mergecomp`)."""
+    others = ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in plan.baselines_s().items())
     print(
         f"MergeComp's partition ({how}): {len(plan.tensors)} gradient tensors in backward "
         f"order; step {1e3 * (plan.forward_s + plan.backward_s):.3f} ms (forward "
-        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms",
+        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms "
+        f"({others}, under the same cost model)",
         flush=True,
     )
     print(plan.describe(), flush=True)
