@@ -60,7 +60,7 @@ def test_sim_training_follows_the_searched_partition_every_step(tmp_path):
         assert 1e3 * float(row["step_s"]) == pytest.approx(plan["predicted_iteration_ms"], rel=0.02)
 
 
-def test_wall_clock_training_follows_the_partition_searched_by_the_launcher(tmp_path):
+def test_wall_clock_training_follows_the_partition_the_ranks_searched(tmp_path):
     out = tmp_path / "wall"
     cmd = [sys.executable, "-m", "ina", "train", "--no-progress", "--out", str(out)]
     cmd += ["--workers", "2", "--epochs", "1", "--max-steps", "3", "--check-sync"]
@@ -74,9 +74,6 @@ def test_wall_clock_training_follows_the_partition_searched_by_the_launcher(tmp_
     k = len(plan["groups"])
     assert summary["steps"] == 3 and plan["group_calls_per_rank"] == [3 * k, 3 * k]
     assert summary["replicas_identical"]
-    # every rank got the launcher's partition
-    config = json.loads((out / "config.json").read_text())
-    assert config["mergecomp"]["groups"] == plan["groups"]
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,8 @@ def backward_profile(model: torch.nn.Module, x, y, loss_fn, repeats: int = 5):
         return hook
 
     handles = [p.register_post_accumulate_grad_hook(hook_for(n)) for n, p in named]
+    # the passes must not train: batch norm's running statistics are put back afterwards
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
     try:
         for r in range(repeats + 1):  # the first pass warms up
             model.zero_grad(set_to_none=True)
@@ -77,6 +79,9 @@ def backward_profile(model: torch.nn.Module, x, y, loss_fn, repeats: int = 5):
         for h in handles:
             h.remove()
         model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
     rows = [(n, p.numel(), statistics.median(stamps[n])) for n, p in named]
     # backward's order; ties (one autograd node making several gradients) in reverse
     # parameter order, as DDP assumes
@@ -255,10 +260,29 @@ def plan_partition(
     """Profile backward on this CPU, scale it to ``step_s``, calibrate the cost model of
     compressor ``name`` on ``spec``'s network and search the partition (steps 1-3)."""
     fwd_share, rows = backward_profile(model, x, y, loss_fn)
+    cost = calibrate(spec, name, args, sum(k for _, k, _ in rows), points, codec_model)
+    return plan_from(fwd_share, rows, step_s, cost)
+
+
+def plan_from(fwd_share: float, rows, step_s: float, cost) -> MergePlan:
+    """The search (step 3) on a `backward_profile` scaled to ``step_s`` and a cost table
+    (`calibrate`'s, or one measured on the wall clock: `ina.train.worker_main`)."""
     forward_s, backward_s = fwd_share * step_s, (1 - fwd_share) * step_s
     tensors = tuple(TensorInfo(n, k, f * backward_s) for n, k, f in rows)
-    cost = calibrate(spec, name, args, sum(t.numel for t in tensors), points, codec_model)
     return MergePlan(tensors, search_partition(tensors, cost), cost, forward_s, backward_s)
+
+
+def print_plan(plan, how: str) -> None:
+    """MergeComp's chosen partition, once, before training (`ina train --mergecomp`)."""
+    others = ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in plan.baselines_s().items())
+    print(
+        f"MergeComp's partition ({how}): {len(plan.tensors)} gradient tensors in backward "
+        f"order; step {1e3 * (plan.forward_s + plan.backward_s):.3f} ms (forward "
+        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms "
+        f"({others}, under the same cost model)",
+        flush=True,
+    )
+    print(plan.describe(), flush=True)
 
 
 # -- 4. the check in simulation ------------------------------------------------------------

@@ -461,19 +461,6 @@ def print_summary(r: dict) -> None:
     )
 
 
-def print_plan(plan, how: str) -> None:
-    """MergeComp's chosen partition, once, before training (`ina train --mergecomp`)."""
-    others = ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in plan.baselines_s().items())
-    print(
-        f"MergeComp's partition ({how}): {len(plan.tensors)} gradient tensors in backward "
-        f"order; step {1e3 * (plan.forward_s + plan.backward_s):.3f} ms (forward "
-        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms "
-        f"({others}, under the same cost model)",
-        flush=True,
-    )
-    print(plan.describe(), flush=True)
-
-
 def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, codec) -> int:
     """Run and report; called by `ina.train.cli` with everything already checked."""
     out = Path(config["out"])
@@ -486,6 +473,8 @@ def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, cod
         flush=True,
     )
     if sim.plan is not None:
+        from ina.sim.mergecomp import print_plan
+
         print_plan(sim.plan, f"{len(sim.plan.groups)} groups, searched in simulation")
     r = sim.run()
     print_summary(r)

@@ -131,9 +131,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mergecomp",
         action="store_true",
         help="with --compressor: send the gradients in MergeComp's groups instead of DDP's "
-        "buckets; the partition is searched at start with the simulator's cost model for this "
-        "model, method, network and compute (docs/compression.md), printed, and every step "
-        "follows it",
+        "buckets; the partition is searched at start for this model, method, network and "
+        "compute (with --sim: the simulator's cost model; on the wall clock: the method's "
+        "calls timed through the real transport and switch), printed, and every step follows "
+        "it (docs/compression.md)",
     )
     c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
     c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
@@ -369,31 +370,6 @@ def check_mergecomp(args: argparse.Namespace) -> None:
         raise ValueError("--mergecomp reduces groups, not DDP's buckets: no --dump-step")
 
 
-def mergecomp_plan(args: argparse.Namespace, workers: int):
-    """MergeComp's partition for a wall-clock run, searched once here so that every rank
-    makes the same calls (`ina.sim.mergecomp.plan_partition`): the model's backward profile
-    and step time measured on this CPU, the codec measured, the rounds simulated on the
-    run's network (``--link-rate``, 100 Gbit/s when unlimited, and ``--delay``)."""
-    import torch
-
-    from ina.compressors import parse_args
-    from ina.sim.compute import parse_compute
-    from ina.sim.mergecomp import model_step_seconds, plan_partition
-    from ina.train.workloads import build_rank
-
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    parts = build_rank(
-        resolve(args.dataset, args.model), 0, workers, args.batch_size, args.seed, args.data_dir
-    )
-    x, y = next(iter(parts.loader))
-    step_s = model_step_seconds(parse_compute("measured"), parts.model, x, y)
-    return plan_partition(
-        parts.model, x, y, sim_network(args, workers), args.compressor,
-        parse_args(args.compressor_arg), step_s,
-    )  # fmt: skip
-
-
 def link_rate_bps(text: str | None) -> float | None:
     """``--link-rate`` in bit/s: a rate with its unit, or a bare number of Mbit/s."""
     if text is None:
@@ -504,7 +480,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "compression": args.compression,
         "compressor": args.compressor,
         "compressor_args": list(args.compressor_arg),
-        # True: search the partition (--sim, in the run); wall clock: the searched plan
+        # search MergeComp's partition at start (--sim: in the run; wall clock: the ranks)
         "mergecomp": bool(args.mergecomp),
         "density": args.density,
         "law": args.law,
@@ -567,19 +543,6 @@ def run_ranks(num_workers: int, config: dict, out: Path) -> int:
     port = free_tcp_port()
     cmd = torchrun_command(num_workers, port, config_path)
     return subprocess.call(cmd, env=rank_env(num_workers, port))
-
-
-def with_mergecomp(args: argparse.Namespace, config: dict, workers: int) -> dict:
-    """With ``--mergecomp``, search the partition (`mergecomp_plan`), print it and put it
-    in the config, so that every rank applies the same one."""
-    if args.mergecomp:
-        from ina.sim.train import print_plan
-
-        plan = mergecomp_plan(args, workers)
-        print_plan(plan, f"{len(plan.groups)} groups, searched on this CPU for the wall clock")
-        config["mergecomp"] = plan.as_dict()
-        config["clock_epoch"] = time.monotonic()  # the search took a while: launch time
-    return config
 
 
 def rank_errors(out: Path) -> list[str]:
@@ -685,12 +648,11 @@ def main(args: argparse.Namespace) -> int:
                 _reinstall(args.p4runtime, spec)
             host, port = args.switch.rsplit(":", 1)
             ina = ina_section(spec, (host, int(port)), args.lanes, args.timeout)
-            rc = run_ranks(n, with_mergecomp(args, make_config(args, out, ina), n), out)
+            rc = run_ranks(n, make_config(args, out, ina), out)
         else:
             from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs
 
             n = args.workers or 4
-            config = with_mergecomp(args, make_config(args, out, None), n)
             jobs = local_jobs(n, args.pool)
             try:
                 switch = LocalSwitch(jobs, lanes=args.lanes, pool=max(1024, args.pool), grpc=False)
@@ -698,8 +660,8 @@ def main(args: argparse.Namespace) -> int:
                 print(f"ina train: {e}", file=sys.stderr)
                 return 1
             print(f"switch model started: {switch.ready_line}", flush=True)
-            config["ina"] = ina_section(jobs[0], switch.address, args.lanes, args.timeout)
-            rc = run_ranks(n, config, out)
+            ina = ina_section(jobs[0], switch.address, args.lanes, args.timeout)
+            rc = run_ranks(n, make_config(args, out, ina), out)
             counters = switch.stop()
             switch = None
         wall = time.monotonic() - t0
