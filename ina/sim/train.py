@@ -14,7 +14,10 @@ with the N workers in one process and the clock and network simulated (`ina.sim`
    25 MiB, in reverse parameter order) and each bucket goes through
    `Worker.allreduce_steps`, driven round by round by the simulated network; the hook's
    per-bucket logic (`INAHookState.prepare`/`finish`: warm-up, error-feedback keys, DC2
-   steps) is the wall-clock hook's own.
+   steps) is the wall-clock hook's own. With ``--mergecomp`` the gradients go in MergeComp's
+   groups instead (`ina.sim.mergecomp.plan_partition` searches them at start), each group
+   sent as soon as backward has produced its last gradient, overlapping the rest of backward
+   (`merged_steps`, through the hook's `MergedHookState`).
 4. The first worker to finish the step applies the averaged gradient (the same on every
    worker) with the optimizer, evaluates when due, and decides whether to stop; the others
    find the model already stepped when they finish. No worker can start the next step
@@ -230,32 +233,27 @@ class SimTraining:
                 wall = time.perf_counter() - wall0 + self._not_codec[w]
                 self._not_codec[w] = 0.0
                 density = worker.density() if state.compressing() else 1.0
-                if self.plan is not None:
+                if self.plan is not None:  # MergeComp's groups, overlapping backward
                     # comm_s: the communication not hidden behind the backward pass
-                    comm0 = net.now + self.plan.forward_s + self.plan.backward_s
+                    backward_end = net.now + self.plan.forward_s + self.plan.backward_s
                     means = yield from self.merged_steps(w, grads, wall)
-                    comm0 = min(comm0, net.now)
-                    step += 1
-                    self._means = means
-                    wall0 = time.perf_counter()
-                    self.end_step(w, step, means, net.now - t_step, net.now - comm0, density)
-                    self._not_codec[w] += time.perf_counter() - wall0
-                    continue
-                seconds = self.compute.step_time(self.step_wall, self.flops)
-                yield Compute(seconds, wall=wall)
-                comm0 = net.now
-                means = []
-                for bucket, flat in zip(self.buckets, grads, strict=True):
-                    bucket.flat = flat
-                    kwargs = state.prepare(bucket)
-                    extra = self.codec.per_call(flat.numel())
-                    if extra:
-                        yield Compute(extra, "codec")
-                    t0 = net.now
-                    mean = yield from worker.allreduce_steps(flat, **kwargs)
-                    bucket.flat = mean
-                    state.finish(bucket, net.now - t0)
-                    means.append(mean)
+                    comm0 = min(backward_end, net.now)
+                else:  # DDP's buckets, after the compute step
+                    seconds = self.compute.step_time(self.step_wall, self.flops)
+                    yield Compute(seconds, wall=wall)
+                    comm0 = net.now
+                    means = []
+                    for bucket, flat in zip(self.buckets, grads, strict=True):
+                        bucket.flat = flat
+                        kwargs = state.prepare(bucket)
+                        extra = self.codec.per_call(flat.numel())
+                        if extra:
+                            yield Compute(extra, "codec")
+                        t0 = net.now
+                        mean = yield from worker.allreduce_steps(flat, **kwargs)
+                        bucket.flat = mean
+                        state.finish(bucket, net.now - t0)
+                        means.append(mean)
                 step += 1
                 self._means = means
                 wall0 = time.perf_counter()
