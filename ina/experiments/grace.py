@@ -26,10 +26,11 @@ time differs, which the result checks (``final_digest``).
 Configurations run in parallel with `ina.experiments.sweep.run_sweep` (``--parallel``,
 ``--cluster``). Outputs in ``--out`` (default ``runs/grace``): each run's files under
 ``WORKLOAD/NETWORK/METHOD/``, ``results.csv`` (one row per run), ``summary.md`` (the tables).
-The default is the short run (all methods on MNIST-1D for 60 steps, six on the LSTM for
-30, low targets: under 10 minutes on two cores; it shows the mechanics and the step times,
-not converged accuracy); ``--long`` trains every method on both workloads to
-the workloads' default targets.
+The default is the short run (nine methods, one per aggregation path and family, on
+MNIST-1D for 60 steps; four on the LSTM for 30; low targets; under 10 minutes on two shared
+cores, docs/compression.md; it shows the mechanics and the step times, not converged
+accuracy); ``--long`` trains every method on both workloads to the workloads' default
+targets.
 """
 
 from __future__ import annotations
@@ -56,11 +57,20 @@ ALL_METHODS = [
     "efsignsgd", "onebit", "natural", "randomk:ratio=0.01", "topk:ratio=0.01",
     "threshold:threshold=0.001", "dgc:ratio=0.01", "powersgd:rank=4",
 ]  # fmt: skip
-LSTM_SHORT = ["none", "qsgd:levels=7", "efsignsgd", "natural", "topk:ratio=0.01", "powersgd:rank=4"]
+# The short run's rows (10 minutes on this shared machine; `--long`: all of them): one method
+# per aggregation path and family. MNIST-1D: the baseline, an agreed-exponent sum (fp16), a
+# packed 4-bit sum (QSGD), a shared-scale ternary sum, a 1-bit sum with error feedback, the
+# all-gather path (natural), a shared-seed sum (random-k), the union path (top-k) and a
+# two-round low-rank sum (PowerSGD); the LSTM (twice the CPU per run): one per path.
+MNIST1D_SHORT = [
+    "none", "fp16", "qsgd:levels=7", "terngrad", "efsignsgd", "natural", "randomk:ratio=0.01",
+    "topk:ratio=0.01", "powersgd:rank=4",
+]  # fmt: skip
+LSTM_SHORT = ["none", "qsgd:levels=7", "natural", "topk:ratio=0.01"]
 
 # workload: (data set, model); the short and the long run's steps, targets and methods
 SHORT = {
-    "mnist1d": dict(max_steps=60, target=0.35, methods=ALL_METHODS, eval_every=10),
+    "mnist1d": dict(max_steps=60, target=0.35, methods=MNIST1D_SHORT, eval_every=10),
     "pytext": dict(max_steps=30, target=3.9, methods=LSTM_SHORT, eval_every=10),
 }
 LONG = {
@@ -156,14 +166,16 @@ def train_one(run: Run) -> dict:
 
 
 def gradient_size(workload: str, seed: int) -> int:
+    """Values of the workload's gradient, from the model built on the data set's shapes: no
+    data set made here (MNIST-1D takes 15-40 s of CPU to generate; each run makes its own)."""
     import torch
 
-    from ina.train.data import load_dataset
-    from ina.train.models import build_model, num_parameters
+    from ina.sim.train_steps import model_of
+    from ina.train.models import num_parameters
+    from ina.train.workloads import resolve
 
     torch.manual_seed(seed)
-    data = load_dataset(workload, seed)
-    return num_parameters(build_model(MODELS[workload], data.input_shape, data.num_classes))
+    return num_parameters(model_of(resolve(workload, MODELS[workload])))
 
 
 def measure_methods(methods: list[str], n: int, workers: int, repeats: int) -> dict[str, dict]:
@@ -173,6 +185,10 @@ def measure_methods(methods: list[str], n: int, workers: int, repeats: int) -> d
 
     from ina.bench.compressors import measure_stats, parse_row
 
+    # Warm the allocator as a training process's is: glibc serves arrays above its mmap
+    # threshold (128 KiB at start) with fresh mmaps, page faults and all, until a freed one
+    # raises the threshold. Cold, the LSTM's 395 KB "none" step measured 50 MB/s, warm 300.
+    np.ones(2_000_000)  # 16 MB, touched and freed at once: smaller arrays come from the heap
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(n).astype(np.float32) * 1e-2 for _ in range(workers)]
     out = {}

@@ -36,6 +36,7 @@ import torch
 from ina.train.mergecomp import Partition, Schedule, TensorInfo, by_size, iteration_end
 from ina.train.mergecomp import per_tensor as per_tensor_partition
 from ina.train.mergecomp import search as search_partition
+from ina.train.workloads import loss_fn
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's defaults
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -59,6 +60,8 @@ def backward_profile(model: torch.nn.Module, x, y, loss_fn, repeats: int = 5):
         return hook
 
     handles = [p.register_post_accumulate_grad_hook(hook_for(n)) for n, p in named]
+    # the passes must not train: batch norm's running statistics are put back afterwards
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
     try:
         for r in range(repeats + 1):  # the first pass warms up
             model.zero_grad(set_to_none=True)
@@ -76,6 +79,9 @@ def backward_profile(model: torch.nn.Module, x, y, loss_fn, repeats: int = 5):
         for h in handles:
             h.remove()
         model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
     rows = [(n, p.numel(), statistics.median(stamps[n])) for n, p in named]
     # backward's order; ties (one autograd node making several gradients) in reverse
     # parameter order, as DDP assumes
@@ -160,14 +166,123 @@ def codec_seconds(name: str, args: dict, n: int, workers: int, repeats: int = 5)
     return min(cpu)
 
 
-def calibrate(spec, name: str, args: dict, largest: int, points: int = 14) -> TableCost:
+def calibrate(
+    spec, name: str, args: dict, largest: int, points: int = 14, codec_model=None
+) -> TableCost:
+    """The cost table at ``points`` sizes up to ``largest``. ``codec_model``: a run's
+    `ina.sim.compute.CodecModel`; a throughput or ``none`` replaces the measured codec time,
+    a ``measured:SCALE`` scales it (None: measured, unscaled)."""
     sizes = grid(largest, points)
-    codec = [codec_seconds(name, args, n, spec.workers) for n in sizes]
-    # more values never cost less: what remains of the noise is removed by taking, for each
-    # size, the least time measured at that size or above
-    codec = [min(codec[i:]) for i in range(len(codec))]
+    if codec_model is not None and (codec_model.bytes_per_second or not codec_model.scale):
+        codec = [codec_model.per_call(n) for n in sizes]
+    else:
+        scale = 1.0 if codec_model is None else codec_model.scale
+        codec = [scale * codec_seconds(name, args, n, spec.workers) for n in sizes]
+        # more values never cost less: what remains of the noise is removed by taking, for
+        # each size, the least time measured at that size or above
+        codec = [min(codec[i:]) for i in range(len(codec))]
     comm = [comm_seconds(spec, name, args, n) for n in sizes]
     return TableCost(tuple(sizes), tuple(codec), tuple(comm))
+
+
+# -- 3. the search, for one model ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """MergeComp's partition of one model's gradients and what it was chosen under: the
+    tensors in backward order with their ready times, the cost table, the step's split into
+    forward and backward (`ina sim mergecomp` compares it; `ina train --mergecomp` applies
+    it)."""
+
+    tensors: tuple[TensorInfo, ...]
+    schedule: Schedule
+    cost: TableCost
+    forward_s: float
+    backward_s: float
+
+    @property
+    def groups(self) -> list[list[str]]:
+        """The groups as parameter names, in the order they are sent."""
+        return [[self.tensors[i].name for i in g] for g in self.schedule.groups]
+
+    def iteration_s(self, groups: Partition | None = None) -> float:
+        """The cost model's iteration time of ``groups`` (default: the chosen ones)."""
+        groups = self.schedule.groups if groups is None else groups
+        return self.forward_s + max(iteration_end(groups, self.tensors, self.cost), self.backward_s)
+
+    def baselines_s(self) -> dict[str, float]:
+        """The cost model's iteration time of per-tensor compression and of DDP's buckets
+        (1 MiB, then 25 MiB, filled in backward order), to compare with `iteration_s`."""
+        return {
+            "per tensor": self.iteration_s(per_tensor_partition(len(self.tensors))),
+            "DDP buckets": self.iteration_s(
+                by_size(self.tensors, [FIRST_BUCKET_BYTES, BUCKET_BYTES])
+            ),
+        }
+
+    def describe(self) -> str:
+        """The chosen partition, a line per group (boundaries, tensor count, values, bytes)."""
+        return Schedule(self.schedule.groups, self.schedule.end_s).describe(self.tensors)
+
+    def as_dict(self) -> dict:
+        """JSON for config.json and result.json: each group's tensors, values and bytes."""
+        return {
+            "groups": self.groups,
+            "group_values": [sum(self.tensors[i].numel for i in g) for g in self.schedule.groups],
+            "group_bytes": [
+                4 * sum(self.tensors[i].numel for i in g) for g in self.schedule.groups
+            ],
+            "predicted_iteration_ms": 1e3 * self.iteration_s(),
+            "predicted_per_tensor_ms": 1e3 * self.baselines_s()["per tensor"],
+            "predicted_ddp_buckets_ms": 1e3 * self.baselines_s()["DDP buckets"],
+            "forward_ms": 1e3 * self.forward_s,
+            "backward_ms": 1e3 * self.backward_s,
+            "ready_ms": [1e3 * t.ready_s for t in self.tensors],
+        }
+
+
+def model_step_seconds(compute, model: torch.nn.Module, x, y) -> float:
+    """Seconds of one forward and backward pass under the compute model (`ina.sim.compute`):
+    fixed, counted FLOPs over a device, or measured on this CPU and scaled."""
+    from ina.sim.compute import step_flops
+    from ina.sim.train import calibrate_step
+
+    if compute.kind == "measured":
+        return compute.step_time(calibrate_step(model, x, y))
+    return compute.step_time(0.0, step_flops(model, x, y, loss_fn) if compute.needs_flops else 0)
+
+
+def plan_partition(
+    model: torch.nn.Module, x, y, spec, name: str, args: dict, step_s: float,
+    points: int = 14, codec_model=None,
+) -> MergePlan:  # fmt: skip
+    """Profile backward on this CPU, scale it to ``step_s``, calibrate the cost model of
+    compressor ``name`` on ``spec``'s network and search the partition (steps 1-3)."""
+    fwd_share, rows = backward_profile(model, x, y, loss_fn)
+    cost = calibrate(spec, name, args, sum(k for _, k, _ in rows), points, codec_model)
+    return plan_from(fwd_share, rows, step_s, cost)
+
+
+def plan_from(fwd_share: float, rows, step_s: float, cost) -> MergePlan:
+    """The search (step 3) on a `backward_profile` scaled to ``step_s`` and a cost table
+    (`calibrate`'s, or one measured on the wall clock: `ina.train.worker_main`)."""
+    forward_s, backward_s = fwd_share * step_s, (1 - fwd_share) * step_s
+    tensors = tuple(TensorInfo(n, k, f * backward_s) for n, k, f in rows)
+    return MergePlan(tensors, search_partition(tensors, cost), cost, forward_s, backward_s)
+
+
+def print_plan(plan, how: str) -> None:
+    """MergeComp's chosen partition, once, before training (`ina train --mergecomp`)."""
+    others = ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in plan.baselines_s().items())
+    print(
+        f"MergeComp's partition ({how}): {len(plan.tensors)} gradient tensors in backward "
+        f"order; step {1e3 * (plan.forward_s + plan.backward_s):.3f} ms (forward "
+        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms "
+        f"({others}, under the same cost model)",
+        flush=True,
+    )
+    print(plan.describe(), flush=True)
 
 
 # -- 4. the check in simulation ------------------------------------------------------------
@@ -261,9 +376,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ina.compressors import make_communicator, parse_args
-    from ina.sim.compute import parse_compute, step_flops
+    from ina.sim.compute import parse_compute
     from ina.sim.options import describe, network_spec
-    from ina.train.workloads import build_rank, loss_fn, resolve
+    from ina.train.workloads import build_rank, resolve
 
     try:
         cargs = parse_args(args.compressor_arg)
@@ -281,43 +396,37 @@ def main(args: argparse.Namespace) -> int:
     parts = build_rank(workload, 0, 1, args.batch_size, args.seed, None)
     model = parts.model
     x, y = next(iter(parts.loader))
-    step_s = compute.step_time(0.0, step_flops(model, x, y, loss_fn) if compute.needs_flops else 0)
-    if compute.kind == "measured":
-        from ina.sim.train import calibrate_step
-
-        step_s = compute.step_time(calibrate_step(model, x, y))
-    fwd_share, rows = backward_profile(model, x, y, loss_fn)
-    forward_s, backward_s = fwd_share * step_s, (1 - fwd_share) * step_s
-    tensors = [TensorInfo(n, k, f * backward_s) for n, k, f in rows]
-    total = sum(t.numel for t in tensors)
+    step_s = model_step_seconds(compute, model, x, y)
     label = args.compressor + "".join(f" {k}={v}" for k, v in cargs.items())
+    t0 = time.perf_counter()
+    plan = plan_partition(model, x, y, spec, args.compressor, cargs, step_s, args.points)
+    tensors, cost, best = list(plan.tensors), plan.cost, plan.schedule
+    forward_s, backward_s = plan.forward_s, plan.backward_s
+    total = sum(t.numel for t in tensors)
     print(
         f"{args.model}: {len(tensors)} gradient tensors, {total:,} values; {label}; "
         f"{describe(spec)}; step {step_s * 1e3:g} ms (forward {forward_s * 1e3:.2f}, "
         f"backward {backward_s * 1e3:.2f}, ready times measured on this CPU)",
         flush=True,
     )
-    t0 = time.perf_counter()
-    cost = calibrate(spec, args.compressor, cargs, total, args.points)
     print(f"cost model: {len(cost.sizes)} sizes calibrated in {time.perf_counter() - t0:.0f} s")
     print("| values | codec us (this CPU) | rounds us (simulated) |\n|---:|---:|---:|")
     for n, c, r in zip(cost.sizes, cost.codec_s, cost.comm_s, strict=True):
         print(f"| {n:,} | {c * 1e6:.0f} | {r * 1e6:.1f} |")
-    best = search_partition(tensors, cost)
     candidates = {
         "per tensor": per_tensor_partition(len(tensors)),
         "DDP buckets (1 MiB, 25 MiB)": by_size(tensors, [FIRST_BUCKET_BYTES, BUCKET_BYTES]),
         "MergeComp (search)": best.groups,
     }
     print(f"\nMergeComp's partition ({len(best.groups)} groups):")
-    print(Schedule(best.groups, best.end_s).describe(tensors))
+    print(plan.describe())
     print(
         "\n| partition | groups | iteration ms (cost model) | iteration ms (simulated) "
         "| MergeComp's speed-up |\n|---|---:|---:|---:|---:|"
     )
     results = {}
     for label_, groups in candidates.items():
-        model_ms = 1e3 * (forward_s + max(iteration_end(groups, tensors, cost), backward_s))
+        model_ms = 1e3 * plan.iteration_s(groups)
         sim = simulate(
             spec, groups, tensors, model, args.compressor, cargs, cost, forward_s, backward_s,
             args.iters, args.seed,

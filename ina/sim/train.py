@@ -14,7 +14,10 @@ with the N workers in one process and the clock and network simulated (`ina.sim`
    25 MiB, in reverse parameter order) and each bucket goes through
    `Worker.allreduce_steps`, driven round by round by the simulated network; the hook's
    per-bucket logic (`INAHookState.prepare`/`finish`: warm-up, error-feedback keys, DC2
-   steps) is the wall-clock hook's own.
+   steps) is the wall-clock hook's own. With ``--mergecomp`` the gradients go in MergeComp's
+   groups instead (`ina.sim.mergecomp.plan_partition` searches them at start), each group
+   sent as soon as backward has produced its last gradient, overlapping the rest of backward
+   (`merged_steps`, through the hook's `MergedHookState`).
 4. The first worker to finish the step applies the averaged gradient (the same on every
    worker) with the optimizer, evaluates when due, and decides whether to stop; the others
    find the model already stepped when they finish. No worker can start the next step
@@ -162,6 +165,11 @@ class SimTraining:
         # measured compute: this host's time for one worker's step, calibrated once (the
         # median of several), so that no worker becomes a straggler by timing noise
         self.step_wall = calibrate_step(self.model, x, y) if compute.kind == "measured" else 0.0
+        # MergeComp (--mergecomp): the partition searched for this model, compressor, network,
+        # compute and codec, applied through each worker's MergedHookState
+        self.plan = self.merged = None
+        if config.get("mergecomp"):
+            self._plan_mergecomp(x, y)
         self._not_codec = [0.0] * n  # wall time per worker since its last yield, not codec
         # Internal state.
         self.steps_per_epoch = len(self.loaders[0][0])
@@ -180,6 +188,29 @@ class SimTraining:
         self._means: list = []
         self.wall0 = time.perf_counter()
 
+    def _plan_mergecomp(self, x, y) -> None:
+        """Search MergeComp's partition (`ina.sim.mergecomp.plan_partition`) under this run's
+        models; a bucket per gradient tensor, in backward order, as DDP hands them over with a
+        tiny ``bucket_cap_mb``; one `MergedHookState` per worker."""
+        from ina.compressors import parse_args
+        from ina.sim.mergecomp import plan_partition
+        from ina.train.hook import MergedHookState
+
+        c = self.config
+        step_s = self.compute.step_time(self.step_wall, self.flops)
+        cargs = parse_args(c.get("compressor_args") or [])
+        self.plan = plan_partition(
+            self.model, x, y, self.spec, c["compressor"], cargs, step_s,
+            c.get("mergecomp_points", 14), self.codec,
+        )  # fmt: skip
+        params = dict(self.model.named_parameters())
+        m = len(self.plan.tensors)
+        self.buckets = [
+            SimBucket(j, [params[t.name]], j == m - 1) for j, t in enumerate(self.plan.tensors)
+        ]
+        groups = [[params[n] for n in g] for g in self.plan.groups]
+        self.merged = [MergedHookState(state, groups) for state in self.states]
+
     # -- one worker ----------------------------------------------------------------------
 
     def program(self, w: int):
@@ -197,32 +228,65 @@ class SimTraining:
                 self.model.zero_grad(set_to_none=True)
                 loss = loss_fn(self.model(x), y)
                 loss.backward()
-                grads = [b.gather() for b in self.buckets]
+                grads = [b.gather() for b in self.buckets]  # the model is shared: copy now
                 self.losses.setdefault(step, []).append(float(loss.item()) * len(y))
                 wall = time.perf_counter() - wall0 + self._not_codec[w]
                 self._not_codec[w] = 0.0
-                seconds = self.compute.step_time(self.step_wall, self.flops)
-                yield Compute(seconds, wall=wall)
                 density = worker.density() if state.compressing() else 1.0
-                comm0 = net.now
-                means = []
-                for bucket, flat in zip(self.buckets, grads, strict=True):
-                    bucket.flat = flat
-                    kwargs = state.prepare(bucket)
-                    extra = self.codec.per_call(flat.numel())
-                    if extra:
-                        yield Compute(extra, "codec")
-                    t0 = net.now
-                    mean = yield from worker.allreduce_steps(flat, **kwargs)
-                    bucket.flat = mean
-                    state.finish(bucket, net.now - t0)
-                    means.append(mean)
+                if self.plan is not None:  # MergeComp's groups, overlapping backward
+                    # comm_s: the communication not hidden behind the backward pass
+                    backward_end = net.now + self.plan.forward_s + self.plan.backward_s
+                    means = yield from self.merged_steps(w, grads, wall)
+                    comm0 = min(backward_end, net.now)
+                else:  # DDP's buckets, after the compute step
+                    seconds = self.compute.step_time(self.step_wall, self.flops)
+                    yield Compute(seconds, wall=wall)
+                    comm0 = net.now
+                    means = []
+                    for bucket, flat in zip(self.buckets, grads, strict=True):
+                        bucket.flat = flat
+                        kwargs = state.prepare(bucket)
+                        extra = self.codec.per_call(flat.numel())
+                        if extra:
+                            yield Compute(extra, "codec")
+                        t0 = net.now
+                        mean = yield from worker.allreduce_steps(flat, **kwargs)
+                        bucket.flat = mean
+                        state.finish(bucket, net.now - t0)
+                        means.append(mean)
                 step += 1
                 self._means = means
                 wall0 = time.perf_counter()
                 self.end_step(w, step, means, net.now - t_step, net.now - comm0, density)
                 self._not_codec[w] += time.perf_counter() - wall0  # optimizer, evaluation
         return step
+
+    def merged_steps(self, w: int, grads: list[torch.Tensor], wall: float):
+        """One step of worker ``w`` in MergeComp's groups: the forward pass, then each
+        gradient enters the worker's `MergedHookState` at its ready time in the backward
+        pass (the plan's), and each group it completes is reduced at once (its codec, its
+        rounds), overlapping the rest of backward; the step ends when backward has and every
+        group is reduced. Returns the means, one per tensor bucket."""
+        net, plan, merged = self.net, self.plan, self.merged[w]
+        yield Compute(plan.forward_s, wall=wall)
+        tb = net.now
+        buckets = [SimBucket(b.index(), b.parameters(), b.is_last()) for b in self.buckets]
+        for bucket, tensor, flat in zip(buckets, plan.tensors, grads, strict=True):
+            wait = tb + tensor.ready_s - net.now
+            if wait > 0:
+                yield Compute(wait)
+            bucket.flat = flat
+            t0 = net.now
+            for k, group in merged.add(bucket):
+                extra = self.codec.per_call(group.numel())
+                if extra:
+                    yield Compute(extra, "codec")
+                yield from merged.group_steps(k, group)  # writes the means into ``flat``
+            merged.end_bucket(bucket, net.now - t0)
+        wait = tb + plan.backward_s - net.now
+        if wait > 0:
+            yield Compute(wait)
+        return [b.flat for b in buckets]
 
     # -- the job, once per step ----------------------------------------------------------
 
@@ -336,6 +400,12 @@ class SimTraining:
             "step_ms_mean": 1e3 * net.now / max(int(steps[0]), 1),
             "gradient_bytes_per_step": 4 * num_parameters(self.model),
             "buckets": [b.numel for b in self.buckets],
+            "mergecomp": None
+            if self.plan is None
+            else {
+                **self.plan.as_dict(),
+                "group_calls_per_worker": [m.group_calls for m in self.merged],
+            },
             "bytes_sent_per_worker": [s.bytes_sent for s in stats],
             "retransmissions_per_worker": [s.retransmissions for s in stats],
             "packets_on_links": sum(link.packets for link in links),
@@ -400,6 +470,10 @@ def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, cod
         f"{sim.steps_per_epoch} steps/epoch, in simulated time: {describe(spec)}",
         flush=True,
     )
+    if sim.plan is not None:
+        from ina.sim.mergecomp import print_plan
+
+        print_plan(sim.plan, f"{len(sim.plan.groups)} groups, searched in simulation")
     r = sim.run()
     print_summary(r)
     print(f"\nwrote {out}/metrics.csv, result.json")

@@ -127,6 +127,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a hyperparameter of --compressor (or of its memory, or memory=NAME), "
         "repeatable: --compressor qsgd --compressor-arg levels=7",
     )
+    c.add_argument(
+        "--mergecomp",
+        action="store_true",
+        help="with --compressor: send the gradients in MergeComp's groups instead of DDP's "
+        "buckets; the partition is searched at start for this model, method, network and "
+        "compute (with --sim: the simulator's cost model; on the wall clock: the method's "
+        "calls timed through the real transport and switch), printed, and every step follows "
+        "it (docs/compression.md)",
+    )
     c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
     c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
     c.add_argument(
@@ -286,6 +295,7 @@ def validate(args: argparse.Namespace) -> Workload:
     elif args.law_param:
         raise ValueError("--law-param needs --compression dc2")
     check_compressor(args)
+    check_mergecomp(args)
     if args.eval_every < 0:
         raise ValueError("--eval-every must be >= 0")
     workload = resolve(args.dataset, args.model)
@@ -347,6 +357,19 @@ def check_compressor(args: argparse.Namespace) -> None:
         raise ValueError(f"--compressor: {e}") from None
 
 
+def check_mergecomp(args: argparse.Namespace) -> None:
+    """``--mergecomp``: a GRACE method to merge for, and nothing that reads DDP's buckets."""
+    if not args.mergecomp:
+        return
+    if not args.compressor:
+        raise ValueError(
+            "--mergecomp schedules a --compressor's calls: give one (--compressor none sends "
+            "the groups uncompressed)"
+        )
+    if args.dump_step is not None:
+        raise ValueError("--mergecomp reduces groups, not DDP's buckets: no --dump-step")
+
+
 def link_rate_bps(text: str | None) -> float | None:
     """``--link-rate`` in bit/s: a rate with its unit, or a bare number of Mbit/s."""
     if text is None:
@@ -365,7 +388,6 @@ def link_rate_bps(text: str | None) -> float | None:
 def sim_models(args: argparse.Namespace):
     """The network spec, compute and codec models of ``--sim`` (ValueError: why not)."""
     from ina.sim.compute import parse_codec, parse_compute
-    from ina.sim.options import network_spec
 
     if args.scenario:
         from ina.sim.scenario import load_scenario
@@ -373,16 +395,23 @@ def sim_models(args: argparse.Namespace):
         scenario = load_scenario(args.scenario)
         return scenario_models(args, scenario)
     args.compute, args.codec = args.compute or "measured", args.codec or "measured"
+    spec = sim_network(args, args.workers or 4)
+    return spec, parse_compute(args.compute), parse_codec(args.codec)
+
+
+def sim_network(args: argparse.Namespace, workers: int):
+    """The simulated network of the run's options (no --scenario): ``--link-rate`` (default
+    100 Gbit/s), ``--delay`` as the links' delay profile, the ``--sim`` network options."""
+    from ina.sim.options import network_spec
+
     rate = args.link_rate or "100G"
     try:
         rate = f"{float(rate)}M"  # a bare number is Mbit/s, as without --sim
     except ValueError:
         pass
-    spec = network_spec(
-        args, args.workers or 4, args.lanes, args.pool, seed=args.seed, rate=rate,
-        profile=args.delay,
-    )  # fmt: skip
-    return spec, parse_compute(args.compute), parse_codec(args.codec)
+    return network_spec(
+        args, workers, args.lanes, args.pool, seed=args.seed, rate=rate, profile=args.delay
+    )
 
 
 def scenario_models(args: argparse.Namespace, scenario):
@@ -451,6 +480,8 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "compression": args.compression,
         "compressor": args.compressor,
         "compressor_args": list(args.compressor_arg),
+        # search MergeComp's partition at start (--sim: in the run; wall clock: the ranks)
+        "mergecomp": bool(args.mergecomp),
         "density": args.density,
         "law": args.law,
         "law_params": law_params(args.law_param),

@@ -63,13 +63,17 @@ class Schedule:
     end_s: float
 
     def describe(self, tensors: Sequence[TensorInfo]) -> str:
-        """One line per group: its size and its tensors."""
+        """One line per group: its boundaries (positions in backward order), its number of
+        tensors, values and float32 bytes, and the tensors' names."""
         lines = []
         for k, g in enumerate(self.groups):
             names = [tensors[i].name for i in g]
             shown = ", ".join(names if len(names) <= 6 else [*names[:3], "...", *names[-2:]])
             n = sum(tensors[i].numel for i in g)
-            lines.append(f"  group {k}: {len(g)} tensors, {n:,} values: {shown}")
+            lines.append(
+                f"  group {k}: tensors {g[0]}-{g[-1]} ({len(g)}), {n:,} values, "
+                f"{4 * n:,} bytes: {shown}"
+            )
         return "\n".join(lines)
 
 

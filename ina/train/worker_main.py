@@ -217,6 +217,10 @@ STEP_LOG = (
 )  # fmt: skip
 
 
+# wall-clock MergeComp: timed calls per size of the cost table, after one untimed call
+CALIBRATION_REPEATS = 3
+
+
 def with_metric(columns: tuple[str, ...], column: str) -> list[str]:
     """A CSV header with the workload's metric column in place of `METRIC`."""
     return [column if c == METRIC else c for c in columns]
@@ -253,10 +257,25 @@ class Run:
         self.data, self.model = parts.data, parts.model
         self.loader, self.sampler = parts.loader, parts.sampler
         self.test_x, self.test_y = parts.test_x, parts.test_y
-        self.ddp = DistributedDataParallel(self.model)  # broadcasts rank 0's parameters
+        mergecomp = bool(config.get("mergecomp"))
+        # MergeComp: a bucket per gradient (DDP hands each over as soon as it exists) and
+        # the hook merges them into the plan's groups (the cap also applies to the first one)
+        self.ddp = DistributedDataParallel(  # broadcasts rank 0's parameters
+            self.model, **({"bucket_cap_mb": 1e-6} if mergecomp else {})
+        )
+        self.merged = self.plan = None
         if config["backend"] == "ina":
             self.worker, self.state = make_ina_worker(config, rank, world)
-            self.ddp.register_comm_hook(self.state, ina_allreduce_hook)
+            if mergecomp:
+                from ina.train.hook import MergedHookState, mergecomp_hook
+
+                self.plan = self._search_mergecomp()
+                params = dict(self.model.named_parameters())
+                groups = [[params[n] for n in g] for g in self.plan.groups]
+                self.merged = MergedHookState(self.state, groups)
+                self.ddp.register_comm_hook(self.merged, mergecomp_hook)
+            else:
+                self.ddp.register_comm_hook(self.state, ina_allreduce_hook)
         elif config["backend"] != "gloo":
             raise ValueError(f"backend must be ina or gloo, got {config['backend']!r}")
         self.opt = torch.optim.SGD(
@@ -280,6 +299,62 @@ class Run:
         self.reached = False  # an eval_every evaluation reached the target: stop
         self.target_step: int | None = None  # the step of that evaluation
         self.t0 = time.perf_counter()
+
+    def _search_mergecomp(self):
+        """MergeComp's partition on the wall clock, searched by all ranks together:
+
+        1. rank 0 profiles backward and times a step on its CPU (`ina.sim.mergecomp`), and
+           broadcasts both (the model's batch norm statistics are left as they were);
+        2. every rank times its compressor's calls at the cost table's sizes through its real
+           Worker, transport and switch (the same calls in the same order on every rank, as
+           the switch needs; the least of `CALIBRATION_REPEATS` after a first call);
+        3. the slowest rank's time per size is the table, so every rank runs the same search
+           on the same numbers and gets the same partition; rank 0 prints it.
+        """
+        from ina.sim.compute import parse_compute
+        from ina.sim.mergecomp import (
+            TableCost,
+            backward_profile,
+            grid,
+            model_step_seconds,
+            plan_from,
+            print_plan,
+        )
+
+        c = self.config
+        profile: list = [None]
+        if self.lead:
+            x, y = next(iter(self.loader))
+            buffers = {k: v.clone() for k, v in self.model.named_buffers()}
+            fwd_share, rows = backward_profile(self.model, x, y, loss_fn)
+            step_s = model_step_seconds(parse_compute("measured"), self.model, x, y)
+            with torch.no_grad():
+                for k, v in self.model.named_buffers():
+                    v.copy_(buffers[k])
+            profile = [(fwd_share, rows, step_s)]
+        dist.broadcast_object_list(profile, src=0)
+        fwd_share, rows, step_s = profile[0]
+        sizes = grid(sum(k for _, k, _ in rows), c.get("mergecomp_points", 14))
+        rng = np.random.default_rng([c["seed"], self.rank])
+        best = []
+        for n in sizes:
+            x = torch.from_numpy((rng.standard_normal(n) * 1e-2).astype(np.float32))
+            times = []
+            for _ in range(CALIBRATION_REPEATS + 1):  # the very first call also joins the run
+                t0 = time.perf_counter()
+                self.worker.allreduce(x, average=True, key=("mergecomp", n), compressor=True)
+                times.append(time.perf_counter() - t0)
+            best.append(min(times[1:]))
+        slowest = torch.tensor(best, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = slowest.tolist()
+        # more values never cost less: what remains of the noise is removed as in calibrate
+        seconds = [min(seconds[i:]) for i in range(len(seconds))]
+        cost = TableCost(tuple(sizes), (0.0,) * len(sizes), tuple(seconds))
+        plan = plan_from(fwd_share, rows, step_s, cost)
+        if self.lead:
+            print_plan(plan, f"{len(plan.groups)} groups, calls timed on this transport")
+        return plan
 
     def _announce(self) -> None:
         c = self.config
@@ -418,6 +493,7 @@ class Run:
                 hook_seconds=hs.seconds,
                 layout_changes=hs.layout_changes,
                 final_level=self.worker.level,
+                group_calls=self.merged.group_calls if self.merged else None,
             )
         (self.out / f"rank{self.rank}.json").write_text(json.dumps(mine))
         if self.step_log is not None:
@@ -459,6 +535,12 @@ class Run:
                 "gradient_bytes_per_step": 4 * num_parameters(self.model),
                 "ranks": everyone,
                 "replicas_identical": len({r["final_digest"] for r in everyone}) == 1,
+                "mergecomp": {
+                    **self.plan.as_dict(),
+                    "group_calls_per_rank": [r["group_calls"] for r in everyone],
+                }
+                if self.plan is not None
+                else None,
             }
             (self.out / "result.json").write_text(json.dumps(result, indent=1))
             self._csv.close()
