@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 from ina.sim.validate import HostBusy, simulate_allreduce
 
 
-def test_host_busy_sees_this_process_work():
+def test_host_busy_sees_this_process_work_in_its_window():
     with HostBusy() as busy:
+        time.sleep(0.3)  # nothing of ours runs: the share is whatever else the host does
+        start = time.monotonic()
         x = 0
-        for i in range(3_000_000):  # a CPU-bound loop: some CPU time must show up
-            x += i
-    assert 0.0 < busy.share <= 1.0
+        while time.monotonic() - start < 0.5:  # one core fully busy for half a second
+            x += 1
+        end = time.monotonic()
+    share = busy.share(start, end)
+    assert 1 / os.cpu_count() * 0.8 <= share <= 1.0
+    assert busy.share(end + 10, end + 20) != busy.share(end + 10, end + 20)  # nan: no samples
 
 
 def test_simulated_side_never_beats_the_link():

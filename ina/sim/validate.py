@@ -7,13 +7,20 @@ same network description (`ina.sim`, the same `LinkEmulator` model per link, com
 codec times measured on this host):
 
 - **allreduce**: the median time of an allreduce of ``--size`` float32 values per worker;
-- **train step**: the median step time of `ina train` (digits MLP) against `ina train --sim`.
+- **train step**: the median step time of `ina train` against `ina train --sim` (digits,
+  ``--model``, by default ``mid_mlp``: 1.2 MB of gradients a step; the default ``mlp``'s 40 KB
+  are a few packets, where the host's wakeups, about 1.7 ms a round trip, dominate).
+
+The simulated switch's latency is, by default, this host's idle round trip worker -> switch
+model -> worker (`host_round_trip`), measured before the table.
 
 It prints a table of measured against simulated milliseconds and their difference. The
-rates are low (10-50 Mbit/s) and the packets large (``--lanes``, 1,024 by default: a quarter
-of the wakeups of 256) so that the wall-clock path is limited by its emulated links, not by
+rates are low (10-50 Mbit/s) and the packets large (``--lanes``, 4,096 by default: a
+sixteenth of the wakeups of 256; every packet costs the emulator's Python loop about a
+millisecond of CPU here) so that the wall-clock path is limited by its emulated links, not by
 this host's CPU: only there does the measurement stand for the network. Each measurement
-also reads how busy the host's CPUs were while it ran (`/proc/stat`); above ``--busy-limit``
+also reads how busy the host's CPUs were while the timed calls or steps ran (`/proc/stat`,
+sampled every 20 ms; start-up and imports do not count); above ``--busy-limit``
 the emulator's processes wait for a CPU (a worker that should release a packet every 170 us
 was seen to stall for 3-5 ms), the row measures the host, and it is marked and left out of
 the largest difference.
@@ -22,12 +29,15 @@ the largest difference.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
+import math
 import multiprocessing as mp
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,17 +46,23 @@ import numpy as np
 from ina.protocol import MAX_LANES
 
 SIZE = 250_000
-LANES = 1024
+LANES = 4096
 POOL = 64
 BUSY_LIMIT = 0.5  # share of the host's CPU time in use above which a row is host-bound
 
 
 class HostBusy:
-    """How busy the host's CPUs were between entering and leaving (from /proc/stat): the
-    share of CPU time not idle, over all CPUs and every process (ours and anyone else's)."""
+    """How busy the host's CPUs are, sampled from /proc/stat in a background thread: the
+    share of CPU time not idle over all CPUs and every process (ours and anyone else's),
+    asked for over the window that was timed (process start-up and imports before it do
+    not count)."""
+
+    PERIOD = 0.02  # seconds between samples
 
     def __init__(self) -> None:
-        self.share = float("nan")
+        self._samples: list[tuple[float, int, int]] = []  # (monotonic, busy ticks, all ticks)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
     def _read() -> tuple[int, int] | None:
@@ -58,14 +74,35 @@ class HostBusy:
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
         return sum(fields) - idle, sum(fields)
 
+    def _run(self) -> None:
+        while True:
+            got = self._read()
+            if got is None:
+                return
+            self._samples.append((time.monotonic(), *got))
+            if self._stop.wait(self.PERIOD):
+                return
+
     def __enter__(self) -> HostBusy:
-        self._start = self._read()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        end = self._read()
-        if self._start is not None and end is not None and end[1] > self._start[1]:
-            self.share = (end[0] - self._start[0]) / (end[1] - self._start[1])
+        self._stop.set()
+        self._thread.join()
+
+    def share(self, start: float = -math.inf, end: float = math.inf) -> float:
+        """The busy share between the last sample at or before ``start`` and the first at
+        or after ``end`` (monotonic seconds); nan if unknown."""
+        s = self._samples
+        if len(s) < 2:
+            return math.nan
+        times = [x[0] for x in s]
+        a = max(bisect.bisect_right(times, start) - 1, 0)
+        b = min(bisect.bisect_left(times, end), len(s) - 1)
+        if b <= a or s[b][2] <= s[a][2]:
+            return math.nan
+        return (s[b][1] - s[a][1]) / (s[b][2] - s[a][2])
 
 
 def _emulated_worker(cfg, profile: str, rate_bps: float, size: int, iters: int, q) -> None:
@@ -78,21 +115,23 @@ def _emulated_worker(cfg, profile: str, rate_bps: float, size: int, iters: int, 
             profile, seed=1, worker_id=cfg.worker_id, rate_bps=rate_bps
         )
         x = np.random.default_rng(cfg.worker_id).standard_normal(size).astype(np.float32)
-        times = []
+        starts, ends = [], []
         with Worker(cfg, link=link) as w:
             for _ in range(iters + 1):  # the first call also joins the run: left out
-                t0 = time.perf_counter()
+                starts.append(time.monotonic())
                 w.allreduce(x)
-                times.append(time.perf_counter() - t0)
-        q.put((cfg.worker_id, times[1:]))
+                ends.append(time.monotonic())
+        times = [e - s for s, e in zip(starts, ends, strict=True)]
+        q.put((cfg.worker_id, times[1:], (starts[1], ends[-1])))
     except Exception as e:  # reported, never a hang
-        q.put((cfg.worker_id, f"{type(e).__name__}: {e}"))
+        q.put((cfg.worker_id, f"{type(e).__name__}: {e}", None))
 
 
 def measure_allreduce(
     workers: int, rate_bps: float, profile: str, size: int, iters: int, lanes: int = LANES
-) -> float:
-    """Median seconds per call on the wall-clock path (slowest worker per call)."""
+) -> tuple[float, tuple[float, float]]:
+    """Median seconds per call on the wall-clock path (slowest worker per call), and the
+    monotonic window the timed calls took."""
     from ina.host.allreduce_cmd import worker_configs
     from ina.host.launch import LocalSwitch, local_jobs
 
@@ -110,25 +149,60 @@ def measure_allreduce(
         got = [q.get(timeout=600) for _ in procs]
         for p in procs:
             p.join(30)
-    errors = [r for _, r in got if isinstance(r, str)]
+    errors = [r for _, r, _ in got if isinstance(r, str)]
     if errors:
         raise RuntimeError(f"a wall-clock worker failed: {errors[0]}")
-    per_call = np.max([r for _, r in got], axis=0)
-    return float(np.median(per_call))
+    per_call = np.max([r for _, r, _ in got], axis=0)
+    window = (min(w[0] for *_, w in got), max(w[1] for *_, w in got))
+    return float(np.median(per_call)), window
+
+
+def host_round_trip(lanes: int = LANES, rounds: int = 60) -> float:
+    """Median seconds of one packet's round trip worker -> switch model -> worker on this
+    host, links not emulated, each after an idle gap (as between packets at 10-50 Mbit/s).
+
+    It is the switch's latency the simulated side models: the pipeline's work is tens of
+    microseconds, but on an idle machine (a virtual one especially) the switch's and the
+    worker's processes each take a wakeup to react, about 1.7 ms a round trip measured on
+    this 2-core VM. Modelled at 20 us instead, a 45 KB allreduce at 10 Mbit/s came out 20 %
+    shorter in simulation than measured."""
+    from ina.host.allreduce import Worker
+    from ina.host.allreduce_cmd import worker_configs
+    from ina.host.launch import LocalSwitch, local_jobs
+
+    jobs = local_jobs(1, POOL)
+    one = np.zeros(1, np.int32)
+    times = []
+    with LocalSwitch(jobs, lanes=lanes, pool=1024, grpc=False) as sw:
+        cfg = worker_configs(jobs[0], sw.address, lanes, timeout=30.0)[0]
+        with Worker(cfg) as w:
+            w.transport.reduce(one)  # joins the run
+            for _ in range(rounds):
+                time.sleep(0.002)  # the idle gap is what is measured, not a wait for a state
+                t0 = time.monotonic()
+                w.transport.reduce(one)
+                times.append(time.monotonic() - t0)
+    return float(np.median(times))
 
 
 def simulate_allreduce(
-    workers: int, rate_bps: float, profile: str, size: int, iters: int, lanes: int = LANES
+    workers: int,
+    rate_bps: float,
+    profile: str,
+    size: int,
+    iters: int,
+    lanes: int = LANES,
+    latency_s: float = 20e-6,
 ) -> float:
-    """Median simulated seconds per call, on the same network."""
+    """Median simulated seconds per call, on the same network (``latency_s``: the switch's,
+    `host_round_trip`)."""
     from ina.sim.allreduce import run
     from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 
     link = LinkSpec(rate_bps=rate_bps, prop_delay_s=0.0, profile=profile)
-    # the switch model process: ~10 us of pipeline per packet on this host
     spec = NetworkSpec(
-        workers=workers, up=link, down=link, switch=SwitchSpec(latency_s=20e-6), lanes=lanes,
-        pool_size=POOL, seed=1,
+        workers=workers, up=link, down=link, switch=SwitchSpec(latency_s=latency_s),
+        lanes=lanes, pool_size=POOL, seed=1,
     )  # fmt: skip
     # the codec as it runs on this host: the measured side pays for it too
     r = run(spec, size, iters + 1, codec_time=lambda wall: wall)
@@ -136,30 +210,57 @@ def simulate_allreduce(
 
 
 def _train(
-    sim: bool, workers: int, rate_mbit: float, profile: str, steps: int, out: Path, lanes: int
-) -> float:
+    sim: bool,
+    workers: int,
+    rate_mbit: float,
+    profile: str,
+    steps: int,
+    out: Path,
+    lanes: int,
+    latency_s: float = 20e-6,
+    model: str = "mid_mlp",
+) -> tuple[float, tuple[float, float]]:
     cmd = [sys.executable, "-m", "ina", "train", "--workers", str(workers), "--max-steps"]
     cmd += [str(steps), "--link-rate", f"{rate_mbit:g}", "--delay", profile, "--step-log"]
     cmd += ["--no-progress", "--pool", str(POOL), "--lanes", str(lanes), "--out", str(out)]
+    cmd += ["--dataset", "digits", "--model", model]
     if sim:
-        cmd += ["--sim", "--prop-delay", "0us", "--switch-latency", "20us"]
+        cmd += ["--sim", "--prop-delay", "0us", "--switch-latency", f"{latency_s * 1e6:.1f}us"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed: {r.stderr.strip()[-500:]}")
     with open(out / "steps.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return statistics.median(float(row["step_s"]) for row in rows[2:])  # warm-up left out
+        rows = list(csv.DictReader(f))[2:]  # warm-up left out
+    step = statistics.median(float(row["step_s"]) for row in rows)
+    if sim:
+        return step, (0.0, 0.0)
+    # the wall clock's steps carry their end time (CLOCK_MONOTONIC, shared by processes)
+    end = float(rows[-1]["monotonic"])
+    return step, (float(rows[0]["monotonic"]) - float(rows[0]["step_s"]), end)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default="2,4", help="worker counts, comma list")
-    p.add_argument("--rates", default="10,50", help="link rates in Mbit/s, comma list")
+    p.add_argument("--rates", default="10,25,50", help="link rates in Mbit/s, comma list")
     p.add_argument("--profiles", default="none,low", help="delay profiles, comma list")
     p.add_argument("--size", type=int, default=SIZE, help="float32 values per allreduce")
     p.add_argument("--iters", type=int, default=3, help="allreduce calls measured")
-    p.add_argument("--steps", type=int, default=20, help="training steps per run")
+    p.add_argument("--steps", type=int, default=10, help="training steps per run")
     p.add_argument("--what", default="allreduce,train", help="allreduce, train, or both")
     p.add_argument("--lanes", type=int, default=LANES, help="lanes per packet")
+    p.add_argument(
+        "--model",
+        default="mid_mlp",
+        choices=("mlp", "cnn", "mid_mlp", "big_mlp"),
+        help="the model trained on digits for the train-step rows (mid_mlp: 1.2 MB of "
+        "gradients a step; mlp's 40 KB a step is dominated by the host's wakeups)",
+    )
+    p.add_argument(
+        "--switch-latency",
+        default="measured",
+        help="the simulated switch's latency: measured (this host's idle round trip through "
+        "the switch model) or a time such as 20us",
+    )
     p.add_argument(
         "--busy-limit",
         type=float,
@@ -184,8 +285,21 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     lanes = args.lanes
+    from ina.sim import units
+
+    if args.switch_latency == "measured":
+        latency = host_round_trip(lanes)
+        how = "measured: this host's idle round trip worker-switch-worker"
+    else:
+        try:
+            latency = units.seconds(args.switch_latency, "switch latency")
+        except ValueError as e:
+            print(f"ina sim validate: {e}", file=sys.stderr)
+            return 2
+        how = "given"
     print(f"{lanes} lanes per packet; host busy: share of the host's CPU time in use while "
           f"measuring (above {100 * args.busy_limit:g} %: host-bound, left out)")  # fmt: skip
+    print(f"simulated switch latency {1e6 * latency:.0f} us ({how})")
     print("| what | workers | link | profile | measured ms | simulated ms | difference "
           "| host busy |")  # fmt: skip
     print("|---|---:|---:|---|---:|---:|---:|---:|")
@@ -197,21 +311,27 @@ def main(args: argparse.Namespace) -> int:
             for n in workers:
                 for rate in rates:
                     for profile in profiles:
-                        busy = HostBusy()
                         if kind == "allreduce":
                             sizes = (n, rate * 1e6, profile, args.size, args.iters, lanes)
-                            with busy:
-                                m = measure_allreduce(*sizes)
-                            s = simulate_allreduce(*sizes)
+                            with HostBusy() as busy:
+                                m, window = measure_allreduce(*sizes)
+                            s = simulate_allreduce(*sizes, latency_s=latency)
                             label = f"allreduce {args.size * 4 / 1e6:g} MB"
                         else:
                             d = Path(tmp) / f"{n}-{rate}-{profile}"
-                            with busy:
-                                m = _train(False, n, rate, profile, args.steps, d / "wall", lanes)
-                            s = _train(True, n, rate, profile, args.steps, d / "sim", lanes)
-                            label = "train step (digits mlp)"
+                            with HostBusy() as busy:
+                                m, window = _train(
+                                    False, n, rate, profile, args.steps, d / "wall", lanes,
+                                    model=args.model,
+                                )  # fmt: skip
+                            s, _ = _train(
+                                True, n, rate, profile, args.steps, d / "sim", lanes, latency,
+                                args.model,
+                            )  # fmt: skip
+                            label = f"train step (digits {args.model})"
                         diff = (s - m) / m
-                        host_bound = busy.share > args.busy_limit
+                        share = busy.share(*window)
+                        host_bound = share > args.busy_limit
                         if host_bound:
                             bound += 1
                         else:
@@ -221,7 +341,7 @@ def main(args: argparse.Namespace) -> int:
                         print(
                             f"| {label} | {n} | {rate:g} Mbit/s | {profile} | {1e3 * m:.1f} | "
                             f"{1e3 * s:.1f} | {100 * diff:+.1f} %{mark} | "
-                            f"{100 * busy.share:.0f} % |",
+                            f"{100 * share:.0f} % |",
                             flush=True,
                         )
     if counted:
