@@ -79,6 +79,15 @@ def _read_text(path: str | Path) -> str:
         raise ValueError(f"cannot read trace {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
+def _fields(path: str | Path):
+    """A trace file's data lines as (line number, fields): ``#`` comments and blank lines
+    dropped, commas read as spaces."""
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
+        line = line.partition("#")[0].strip()
+        if line:
+            yield n, line.replace(",", " ").split()
+
+
 class DelayModel(abc.ABC):
     """Propagation delay of each packet, in seconds, given the packets' admission times."""
 
@@ -234,16 +243,14 @@ def read_timeline(path: str | Path, column: int, what: str) -> tuple[np.ndarray,
     line's time is the period after which it repeats. A capacity/delay trace is one such
     file: the capacity reads column 1, the delay column 2."""
     rows = []
-    for n, line in enumerate(_read_text(path).splitlines(), 1):
-        line = line.partition("#")[0].strip()
-        if not line:
-            continue
-        parts = line.replace(",", " ").split()
+    for n, parts in _fields(path):
         try:
             rows.append((float(parts[0]), float(parts[column])))
         except (ValueError, IndexError):
             names = ["TIME_S", "SHARE", "DELAY_MS"][: column + 1]
-            raise ValueError(f"{path}:{n}: need '{' '.join(names)}', got {line!r}") from None
+            raise ValueError(
+                f"{path}:{n}: need '{' '.join(names)}', got {' '.join(parts)!r}"
+            ) from None
     if len(rows) < 2:
         raise ValueError(f"{path}: a {what} trace needs at least two lines")
     t, value = np.array(rows).T
@@ -425,17 +432,15 @@ class CrossTrace(CrossTraffic):
 
     def __init__(self, path: str | Path, link: int | None = None) -> None:
         rows = []
-        for n, line in enumerate(_read_text(path).splitlines(), 1):
-            line = line.partition("#")[0].strip()
-            if not line:
-                continue
-            parts = line.replace(",", " ").split()
+        for n, parts in _fields(path):
             try:
                 if len(parts) not in (2, 3):
                     raise ValueError
                 rows.append([float(x) for x in parts] + ([-1.0] if len(parts) == 2 else []))
             except ValueError:
-                raise ValueError(f"{path}:{n}: need 'TIME_S BYTES [LINK]', got {line!r}") from None
+                raise ValueError(
+                    f"{path}:{n}: need 'TIME_S BYTES [LINK]', got {' '.join(parts)!r}"
+                ) from None
         t, size, which = np.array(rows, dtype=np.float64).reshape(-1, 3).T
         if np.any(np.diff(t) < 0) or not np.all(np.isfinite(t)) or np.any(size <= 0):
             raise ValueError(f"{path}: times must not decrease and every size be > 0 bytes")
