@@ -223,9 +223,9 @@ def _replies(core: TransportCore, sends, rtt) -> list[tuple[float, bytes]]:
 
 
 def _send_log(batched: bool, rtt, horizon: float, pool: int = 32):
-    """Every (chunk, send time) of one call whose results come back after ``rtt(chunk)``,
-    fed to the core per ``horizon`` of time in one batch, or one result per call; and the
-    core's window state at the end."""
+    """Every (chunk, send time, timeout deadline) of one call whose results come back after
+    ``rtt(chunk)``, fed to the core per ``horizon`` of time in one batch, or one result per
+    call; and the core's window and timer state at the end."""
     cfg = config(0, 1, pool_size=pool, rto=1.0, min_rto=1e-3, queue_target=0.2)
     core = TransportCore(cfg, nonce=1)
     core.epoch = 1  # joined already: the call starts sending at once
@@ -236,10 +236,12 @@ def _send_log(batched: bool, rtt, horizon: float, pool: int = 32):
     for _ in range(1000):
         if core.idle:
             state = (core.window, core._slow_start, core._base_rtt, list(core._recent))
-            return log, state
+            return log, (*state, core.rto, core._srtt, core._rttvar)
         sends = core.pop_sends()
         for _, rows, at in sends:
-            log += zip(rows.tolist(), np.broadcast_to(at, rows.shape).tolist(), strict=True)
+            deadline = core._call.deadline[rows].tolist()
+            at = np.broadcast_to(at, rows.shape).tolist()
+            log += zip(rows.tolist(), at, deadline, strict=True)
         inflight = sorted(inflight + _replies(core, sends, rtt))
         now += horizon
         due = [p for p in inflight if p[0] < now]
@@ -265,8 +267,11 @@ def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends(pool):
     # arrival. Pool 8: the window is the pool from the start (the core's vectorized case).
     one_by_one, end_one = _send_log(False, _rtt, 2e-3, pool)
     batched, end_batched = _send_log(True, _rtt, 2e-3, pool)
-    assert len(one_by_one) == CHUNKS and [c for c, _ in one_by_one] != sorted(range(CHUNKS))
+    assert len(one_by_one) == CHUNKS and [c for c, *_ in one_by_one] != sorted(range(CHUNKS))
     assert batched == one_by_one
     assert end_batched == end_one and end_one[1] is False  # slow start ended in both
     if pool == 32:  # the window let chunks out at several arrival times within one batch
-        assert len({t for _, t in batched}) > 10 and end_one[0] < pool
+        assert len({t for _, t, _ in batched}) > 10 and end_one[0] < pool
+    # and each chunk's timeout is the one in force when it left (RFC 6298 per sample, as
+    # one by one), so retransmissions too leave at the same times
+    assert len({round(d - t, 12) for _, t, d in batched}) > 3

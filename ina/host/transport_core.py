@@ -15,10 +15,10 @@ Time is whatever clock the driver has, in seconds. ``receive`` also takes one ti
 datagram (when each arrived), and every datagram handed back carries the time it is sent:
 the arrival of the result that let it out (the one that freed its slot, or the one that
 made room in the window, whichever came later). The core walks a batch's results in
-arrival order, growing the window per sample, so a simulator that feeds a batch of
-arrivals at their exact times in one call gets the sends it would get feeding them one by
-one (the retransmission timeout alone is updated once per batch, from the batch's mean and
-spread). The UDP driver passes one "now" and sends everything at once.
+arrival order, growing the window and updating the retransmission timeout per sample, so
+a simulator that feeds a batch of arrivals at their exact times in one call gets the sends
+and the timeouts it would get feeding them one by one. The UDP driver passes one "now" and
+sends everything at once.
 
 Two drivers use it: the UDP transport (`ina.host.transport.Transport`, wall clock) and the
 simulator (`ina.sim`, virtual time). The rules, in the order a call meets them:
@@ -239,6 +239,7 @@ class _Call:
         # chunks let out (and their send times) not yet handed to the driver
         self.go: list[int] = []
         self.go_at: list[float] = []
+        self.go_rto: list[float] = []  # the timeout when each was let out
         self.low = 0  # the lowest chunk without its result (always allowed out)
         self.flying = 0  # chunks sent whose results are not in
         self.tx: np.ndarray | None = None  # (C, pb) built once the epoch is known
@@ -522,11 +523,12 @@ class TransportCore:
             n = 1  # the lowest unfinished chunk may always go: no deadlock
         n = min(n, len(ready))
         call.flying += n
-        go, at = call.go, call.go_at
+        go, at, rto = call.go, call.go_at, call.go_rto
         for _ in range(n):
             c, t = heappop(ready)
             go.append(c)
             at.append(t if t > now else now)
+            rto.append(self.rto)
 
     def _flush(self, call: _Call) -> None:
         """Hand the chunks let out since the last flush to the driver, in time order."""
@@ -534,10 +536,11 @@ class TransportCore:
             return
         go = np.array(call.go, dtype=np.int64)
         at = np.array(call.go_at)
-        call.go, call.go_at = [], []
+        rto = np.array(call.go_rto)
+        call.go, call.go_at, call.go_rto = [], [], []
         call.sent[go] = True
         call.first_sent[go] = at
-        call.deadline[go] = at + self.rto
+        call.deadline[go] = at + rto
         self._queue(call.tx, go, at)
 
     def _receive_data(
@@ -578,7 +581,9 @@ class TransportCore:
         rtt = t - call.first_sent[chunks]
         samples = rtt[clean] if not clean.all() else rtt
         if samples.size:
-            self._update_rto(samples)
+            # the timeout after each result, as if they had come one by one (RFC 6298 per
+            # sample): a chunk let out at a result's arrival times out on that timeout
+            rto_after = self._update_rto(rtt, clean)
             self.stats.rtt_samples += samples.size
             self.stats.rtt_sum += float(samples.sum())
             if self.rtt_listener is not None:
@@ -614,11 +619,15 @@ class TransportCore:
                 call.flying += go.size
                 sent[go] = True
                 call.first_sent[go] = at
-                call.deadline[go] = at + self.rto
+                call.deadline[go] = at + (rto_after[keep] if samples.size else self.rto)
                 self._queue(call.tx, go, at)
             return
         adapt = self.cfg.window_control
-        for c, ti, ok, sample in zip(rc, t.tolist(), clean.tolist(), rtt.tolist(), strict=True):
+        rtos = rto_after.tolist() if samples.size else [self.rto] * len(rc)
+        for c, ti, ok, sample, rto in zip(
+            rc, t.tolist(), clean.tolist(), rtt.tolist(), rtos, strict=True
+        ):
+            self.rto = rto  # the timeout as of this result (set for good after the loop)
             done[c] = True
             if sent[c]:
                 call.flying -= 1
@@ -630,6 +639,7 @@ class TransportCore:
                 if not ready and call.flying < int(self.window):
                     call.go.append(c + pool)  # nothing waits and the window has room: now
                     call.go_at.append(ti)
+                    call.go_rto.append(rto)
                     call.flying += 1
                     continue
                 heappush(ready, (c + pool, ti))
@@ -736,21 +746,29 @@ class TransportCore:
             self._slow_start = False  # half the target already: leave slow start before a
             # doubling overshoots it (HyStart's idea); the queue must stay under the timeout
 
-    def _update_rto(self, rtt: np.ndarray) -> None:
-        """RFC 6298's estimator, fed the batch's samples in one step (their mean and spread):
-        the timeout follows the queueing delay a full window builds up."""
-        m = float(rtt.mean())
-        if self._srtt == 0.0:
-            self._srtt, self._rttvar = m, m / 2
-        else:
-            dev = abs(self._srtt - m) + (float(rtt.max()) - m)  # cheaper than a std
-            self._rttvar = 0.75 * self._rttvar + 0.25 * dev
-            self._srtt = 0.875 * self._srtt + 0.125 * m
-        # and never under twice the smoothed round trip: on a steady path rttvar falls to
-        # almost nothing, and the next burst (a call's first window, sent at once) would
-        # time out spuriously (TCP gets this margin from its 200 ms minimum)
-        rto = max(self._srtt + 4 * self._rttvar, 2 * self._srtt, self.cfg.min_rto)
-        self.rto = min(rto, self.cfg.max_rto)
+    def _update_rto(self, rtt: np.ndarray, clean: np.ndarray) -> np.ndarray:
+        """RFC 6298's estimator, fed the clean samples (Karn) one by one in arrival order;
+        returns the timeout in force after each result of the batch. The timeout follows
+        the queueing delay a full window builds up."""
+        srtt, rttvar = self._srtt, self._rttvar
+        cfg = self.cfg
+        rto = self.rto
+        out = []
+        for r, ok in zip(rtt.tolist(), clean.tolist(), strict=True):
+            if ok:
+                if srtt == 0.0:
+                    srtt, rttvar = r, r / 2
+                else:
+                    rttvar = 0.75 * rttvar + 0.25 * abs(srtt - r)
+                    srtt = 0.875 * srtt + 0.125 * r
+                # and never under twice the smoothed round trip: on a steady path rttvar
+                # falls to almost nothing, and the next burst (a call's first window, sent
+                # at once) would time out spuriously (TCP gets this margin from its 200 ms
+                # minimum)
+                rto = min(max(srtt + 4 * rttvar, 2 * srtt, cfg.min_rto), cfg.max_rto)
+            out.append(rto)
+        self._srtt, self._rttvar, self.rto = srtt, rttvar, rto
+        return np.array(out)
 
     def _where(self) -> str:
         return f"job {self.cfg.job_id}, worker {self.cfg.worker_id}"
