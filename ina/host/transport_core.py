@@ -580,10 +580,10 @@ class TransportCore:
         clean = call.retries[chunks] == 0
         rtt = t - call.first_sent[chunks]
         samples = rtt[clean] if not clean.all() else rtt
+        # the timeout after each result, as if they had come one by one (RFC 6298 per
+        # sample): a chunk let out at a result's arrival times out on that timeout
+        rto_after = self._update_rto(rtt, clean)
         if samples.size:
-            # the timeout after each result, as if they had come one by one (RFC 6298 per
-            # sample): a chunk let out at a result's arrival times out on that timeout
-            rto_after = self._update_rto(rtt, clean)
             self.stats.rtt_samples += samples.size
             self.stats.rtt_sum += float(samples.sum())
             if self.rtt_listener is not None:
@@ -619,13 +619,12 @@ class TransportCore:
                 call.flying += go.size
                 sent[go] = True
                 call.first_sent[go] = at
-                call.deadline[go] = at + (rto_after[keep] if samples.size else self.rto)
+                call.deadline[go] = at + rto_after[keep]
                 self._queue(call.tx, go, at)
             return
         adapt = self.cfg.window_control
-        rtos = rto_after.tolist() if samples.size else [self.rto] * len(rc)
         for c, ti, ok, sample, rto in zip(
-            rc, t.tolist(), clean.tolist(), rtt.tolist(), rtos, strict=True
+            rc, t.tolist(), clean.tolist(), rtt.tolist(), rto_after.tolist(), strict=True
         ):
             self.rto = rto  # the timeout as of this result (set for good after the loop)
             done[c] = True

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ina.protocol import MAX_LANES
+from ina.sim import units
 
 SIZE = 250_000
 LANES = 4096
@@ -285,8 +286,6 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     lanes = args.lanes
-    from ina.sim import units
-
     if args.switch_latency == "measured":
         latency = host_round_trip(lanes)
         how = "measured: this host's idle round trip worker-switch-worker"
