@@ -455,6 +455,20 @@ class CrossTrace(CrossTraffic):
         return t, s
 
 
+# The serializer works on a grid of 2**-40 s (about 0.9 ps): arrival times are rounded up to
+# it and service times too (a link never runs faster than its rate). Sums of grid values
+# below 2**13 s (2.3 hours) are exact in float64, so a queue's departures are the same
+# whether its packets came one at a time or in a batch (a running sum over a batch and one
+# packet at a time round differently otherwise, and a one-ulp difference flips a tie with a
+# cross-traffic packet: `tests/test_netem.py`).
+_GRID = float(2**40)
+
+
+def on_grid(x):
+    """``x`` seconds rounded up to the serializer's time grid."""
+    return np.ceil(np.asarray(x, dtype=np.float64) * _GRID) / _GRID
+
+
 # The last plain-wire admission (`LinkEmulator.admit_batch`): its input arrays, the wire's
 # parameters and state, its result and the state after. The arrays are held, so ``is`` means
 # the very same arrays (callers never write to arrays they handed over, or to results).
@@ -570,7 +584,7 @@ class LinkEmulator:
             if self.rate_bps is None:
                 departure = times
             else:
-                departure = self._serialize_fast(times, nbytes, self.rate_bps)
+                departure = self._serialize_fast(on_grid(times), nbytes, self.rate_bps)
                 self._free_at = float(departure[-1])
             release = departure + fixed
             if not self.reorder:
@@ -636,6 +650,7 @@ class LinkEmulator:
         """Departure times through the queue (NaN: tail-dropped)."""
         if self.rate_bps is None:
             return t
+        t = on_grid(t)
         share = 1.0
         if self.capacity is not None:
             share = self.capacity.constant_over(float(t[0]), float(t[-1]) + self._busy_span(t))
@@ -654,8 +669,9 @@ class LinkEmulator:
     def _serialize_fast(self, t: np.ndarray, size: np.ndarray, rate: float) -> np.ndarray:
         """``d_k = max(t_k, d_{k-1}) + s_k`` at a constant rate, vectorized: it unrolls to
         ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
-        service times ``s = 8 * size / rate``: a running maximum instead of a Python loop."""
-        service = size * 8 / rate
+        service times ``s = 8 * size / rate``: a running maximum instead of a Python loop.
+        ``t`` is on the time grid (`on_grid`), so this is exactly the loop's arithmetic."""
+        service = on_grid(size * 8 / rate)
         done = np.cumsum(service)
         start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_at)
         return done + start
@@ -699,7 +715,7 @@ class LinkEmulator:
             start = max(tk, free)
             if self.capacity is not None and start > tk:
                 share[k] = float(self.capacity.share(np.array([start]))[0])
-            free = start + sk * 8 / (rate * share[k])
+            free = start + math.ceil(sk * 8 / (rate * share[k]) * _GRID) / _GRID
             out[k] = free
             q_dep.append(free)
             q_size.append(sk)

@@ -275,3 +275,19 @@ def test_a_batch_of_results_sends_exactly_what_one_result_at_a_time_sends(pool):
     # and each chunk's timeout is the one in force when it left (RFC 6298 per sample, as
     # one by one), so retransmissions too leave at the same times
     assert len({round(d - t, 12) for _, t, d in batched}) > 3
+
+
+def _queueing_rtt(c: int) -> float:
+    """A queue that builds: round trips from 2 ms up to 5 ms past the queueing target (0.4
+    ms), so the window is cut, at most once per smoothed round trip."""
+    return 2e-3 + 3e-3 * min(c, 60) / 60 + 2.5e-5 * ((c * 7) % 5)
+
+
+def test_a_batch_of_results_cuts_the_window_as_one_result_at_a_time_does():
+    # The cuts are paced by the smoothed round trip as of each result; batched, the whole
+    # batch's estimate was used for every result and the window came out different.
+    one_by_one, end_one = _send_log(False, _queueing_rtt, 2e-3)
+    batched, end_batched = _send_log(True, _queueing_rtt, 2e-3)
+    assert end_one[0] < 16  # cut from the 32-chunk pool
+    assert batched == one_by_one
+    assert end_batched == end_one

@@ -582,7 +582,7 @@ class TransportCore:
         samples = rtt[clean] if not clean.all() else rtt
         # the timeout after each result, as if they had come one by one (RFC 6298 per
         # sample): a chunk let out at a result's arrival times out on that timeout
-        rto_after = self._update_rto(rtt, clean)
+        rto_after, srtt_after = self._update_rto(rtt, clean)
         if samples.size:
             self.stats.rtt_samples += samples.size
             self.stats.rtt_sum += float(samples.sum())
@@ -623,10 +623,19 @@ class TransportCore:
                 self._queue(call.tx, go, at)
             return
         adapt = self.cfg.window_control
-        for c, ti, ok, sample, rto in zip(
-            rc, t.tolist(), clean.tolist(), rtt.tolist(), rto_after.tolist(), strict=True
+        final = self.rto, self._srtt
+        for c, ti, ok, sample, rto, srtt in zip(
+            rc,
+            t.tolist(),
+            clean.tolist(),
+            rtt.tolist(),
+            rto_after.tolist(),
+            srtt_after.tolist(),
+            strict=True,
         ):
-            self.rto = rto  # the timeout as of this result (set for good after the loop)
+            # the estimator as of this result: the timeout its successor leaves with, the
+            # round trip that paces the window's cuts
+            self.rto, self._srtt = rto, srtt
             done[c] = True
             if sent[c]:
                 call.flying -= 1
@@ -643,6 +652,7 @@ class TransportCore:
                     continue
                 heappush(ready, (c + pool, ti))
             self._release(call, ti)
+        self.rto, self._srtt = final
         if finishing:
             self.finished_at = float(t.max())
             self._finish(call)
@@ -745,14 +755,14 @@ class TransportCore:
             self._slow_start = False  # half the target already: leave slow start before a
             # doubling overshoots it (HyStart's idea); the queue must stay under the timeout
 
-    def _update_rto(self, rtt: np.ndarray, clean: np.ndarray) -> np.ndarray:
+    def _update_rto(self, rtt: np.ndarray, clean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """RFC 6298's estimator, fed the clean samples (Karn) one by one in arrival order;
-        returns the timeout in force after each result of the batch. The timeout follows
-        the queueing delay a full window builds up."""
+        returns the timeout and the smoothed round trip in force after each result of the
+        batch. The timeout follows the queueing delay a full window builds up."""
         srtt, rttvar = self._srtt, self._rttvar
         cfg = self.cfg
         rto = self.rto
-        out = []
+        out, smoothed = [], []
         for r, ok in zip(rtt.tolist(), clean.tolist(), strict=True):
             if ok:
                 if srtt == 0.0:
@@ -766,8 +776,9 @@ class TransportCore:
                 # minimum)
                 rto = min(max(srtt + 4 * rttvar, 2 * srtt, cfg.min_rto), cfg.max_rto)
             out.append(rto)
+            smoothed.append(srtt)
         self._srtt, self._rttvar, self.rto = srtt, rttvar, rto
-        return np.array(out)
+        return np.array(out), np.array(smoothed)
 
     def _where(self) -> str:
         return f"job {self.cfg.job_id}, worker {self.cfg.worker_id}"
