@@ -20,6 +20,9 @@ The laws (equations and the reasons for the defaults in docs/dc2.md):
   to it, so AIMD's convergence argument (Chiu & Jain) carries over.
 * `DelayTargetLaw`: LEDBAT/Vegas-like; hold ``q`` near a target with a step in log-density
   proportional to ``ln(q / target)``, nothing inside a dead band, at most ``max_step`` a step.
+* `OwnQueueLaw`: the same log-density steps, on a different signal and target: the queue the
+  job builds itself in one step (the spread of its chunks' RTTs, ``round_p95 - round_min``;
+  a shift of the whole path's delay cancels), held at a ``share`` of the step's own time.
 
 The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
 """
@@ -265,6 +268,80 @@ class DelayTargetLaw(ControlLaw):
         target = max(_delay_bound(stats, self.target_ratio, self.target_s), _TINY_DELAY)
         q = max(_TINY_DELAY, stats.queueing_delay + self.lookahead_s * stats.trend)
         error = math.log(q / target)
+        if abs(error) <= self.deadband:
+            return self.density
+        step = min(max(self.gain * error, -self.max_step), self.max_step)
+        return self.density * math.exp(-step)
+
+
+@register_law("ownq")
+class OwnQueueLaw(ControlLaw):
+    """Hold the queue the job builds itself at a share of its own step time.
+
+    1. ``q = round_p95 - round_min`` over the RTTs of the chunks of the last step: within a
+       step the worker sends its chunks back to back, so the late ones wait behind the bytes
+       sent before them. The spread grows with the bytes a step sends and shrinks with the
+       rate left to the job; a shift of the whole path's delay (a longer route, another flow's
+       standing queue) moves every sample and cancels. `DelayTargetLaw`'s ``srtt - base_rtt``
+       reads such a shift as congestion.
+    2. ``T``: the step's own time, the interval between two decisions (compute plus
+       communication); ``target = share * T``.
+    3. ``error = ln(q / target)``; ``|error| <= deadband``: hold; otherwise
+       ``density *= exp(-clip(gain * error, -max_step, max_step))``. The first decision (no
+       ``T`` yet) and a step of fewer than two samples (no spread) hold.
+
+    Why ``share * T``: if the steps to target grow as ``d ** -alpha`` as the density ``d``
+    falls and a step takes ``T = T0 + q`` with ``q`` proportional to ``d``, the time to target
+    ``d ** -alpha * T`` is least where ``q = alpha * T``: the queue's share of the step equals
+    the workload's elasticity of steps to density. That ties the target to the step (a 1 ms
+    compute step and a 40 ms WAN step alike) instead of an absolute delay.
+
+    Args:
+        share: target queue as a fraction of the step time (the workload's ``alpha``).
+        gain: log-density change per unit of log error.
+        deadband: log error tolerated without a change.
+        max_step: largest log-density change per step.
+    """
+
+    def __init__(
+        self,
+        share: float = 0.2,
+        gain: float = 0.5,
+        deadband: float = 0.2,
+        max_step: float = math.log(2),
+        initial: float = 1.0,
+        min_density: float = LADDER_MIN_DENSITY,
+        max_density: float = 1.0,
+    ) -> None:
+        super().__init__(initial, min_density, max_density)
+        if not 0 < share < 1:
+            raise ValueError(f"share must be in (0, 1), got {share}")
+        if not (gain > 0 and max_step > 0 and deadband >= 0):
+            raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
+        # Hyperparameters.
+        self.share = share
+        self.gain = gain
+        self.deadband = deadband
+        self.max_step = max_step
+        # Internal state: the time of the previous decision (the step time is the interval).
+        self._last_time = math.nan
+        # Stats: the last decision's inputs, for tests and logs.
+        self.own_queue = math.nan
+        self.target = math.nan
+
+    def reset(self) -> None:
+        super().reset()
+        self._last_time = math.nan
+        self.own_queue = self.target = math.nan
+
+    def _decide(self, stats: DelayStats) -> float:
+        period = stats.time - self._last_time
+        self._last_time = stats.time
+        self.own_queue = stats.own_queue
+        if not period > 0 or math.isnan(self.own_queue):
+            return self.density
+        self.target = self.share * period
+        error = math.log(max(self.own_queue, _TINY_DELAY) / self.target)
         if abs(error) <= self.deadband:
             return self.density
         step = min(max(self.gain * error, -self.max_step), self.max_step)
