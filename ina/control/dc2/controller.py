@@ -34,6 +34,7 @@ class Decision:
     queueing_delay: float
     round_min: float  # the step's chunks: min and 95th percentile RTT (own queue: the spread)
     round_p95: float
+    round_stream: float  # the time the step's results streamed in back to back
     density: float  # the law's density (continuous)
     index: int  # its ladder rung: what this worker puts in the ``level`` field
     agreed_index: int  # the MAX over workers the switch returned, or NO_AGREED_INDEX
@@ -122,6 +123,7 @@ class DC2Controller:
                 queueing_delay=stats.queueing_delay,
                 round_min=stats.round_min,
                 round_p95=stats.round_p95,
+                round_stream=stats.round_stream,
                 density=self.density,
                 index=self.index,
                 agreed_index=NO_AGREED_INDEX if agreed_index is None else agreed_index,

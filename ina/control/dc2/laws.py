@@ -20,9 +20,9 @@ The laws (equations and the reasons for the defaults in docs/dc2.md):
   to it, so AIMD's convergence argument (Chiu & Jain) carries over.
 * `DelayTargetLaw`: LEDBAT/Vegas-like; hold ``q`` near a target with a step in log-density
   proportional to ``ln(q / target)``, nothing inside a dead band, at most ``max_step`` a step.
-* `OwnQueueLaw`: the same log-density steps, on a different signal and target: the queue the
-  job builds itself in one step (the spread of its chunks' RTTs, ``round_p95 - round_min``;
-  a shift of the whole path's delay cancels), held at a ``share`` of the step's own time.
+* `OwnQueueLaw`: the same log-density steps, on a different signal and target: the time the
+  job's own bytes take in one step (its results streaming in back to back; a shift of the
+  whole path's delay changes no gap within a round), held at a ``share`` of the step's time.
 
 The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
 """
@@ -276,28 +276,31 @@ class DelayTargetLaw(ControlLaw):
 
 @register_law("ownq")
 class OwnQueueLaw(ControlLaw):
-    """Hold the queue the job builds itself at a share of its own step time.
+    """Hold the time the job's own bytes take at a share of its step time.
 
-    1. ``q = round_p95 - round_min`` over the RTTs of the chunks of the last step: within a
-       step the worker sends its chunks back to back, so the late ones wait behind the bytes
-       sent before them. The spread grows with the bytes a step sends and shrinks with the
-       rate left to the job; a shift of the whole path's delay (a longer route, another flow's
-       standing queue) moves every sample and cancels. `DelayTargetLaw`'s ``srtt - base_rtt``
-       reads such a shift as congestion.
+    1. ``q = round_stream``: the time the last step's results streamed in back to back (the
+       sum of the gaps shorter than ``round_min`` between consecutive arrivals,
+       `DelayMonitor`): the bottleneck's service time of the bytes the step sent, whether
+       they queue (spread of the RTTs) or wait for the transport's window. A shift of the
+       whole path's delay (a longer route, another flow's standing queue) moves every sample
+       and changes no gap within a round; `DelayTargetLaw`'s ``srtt - base_rtt`` reads such
+       a shift as congestion.
     2. ``T``: the step's own time, the interval between two decisions (compute plus
        communication); ``target = share * T``.
     3. ``error = ln(q / target)``; ``|error| <= deadband``: hold; otherwise
        ``density *= exp(-clip(gain * error, -max_step, max_step))``. The first decision (no
-       ``T`` yet) and a step of fewer than two samples (no spread) hold.
+       ``T`` yet) and a step of fewer than two samples (no gap) hold.
 
     Why ``share * T``: if the steps to target grow as ``d ** -alpha`` as the density ``d``
-    falls and a step takes ``T = T0 + q`` with ``q`` proportional to ``d``, the time to target
-    ``d ** -alpha * T`` is least where ``q = alpha * T``: the queue's share of the step equals
-    the workload's elasticity of steps to density. That ties the target to the step (a 1 ms
-    compute step and a 40 ms WAN step alike) instead of an absolute delay.
+    falls, and a step takes ``T = T0 + q`` with the bytes' time ``q`` growing as ``d ** eps``
+    (``eps`` < 1: indices, headers and the support round do not shrink with ``d``), the time
+    to target ``d ** -alpha * T`` is least where ``q = (alpha / eps) * T``. ``share`` is
+    ``alpha / eps``: the workload's elasticity of steps to density over the codec's
+    elasticity of bytes to density. That ties the target to the step (a 1 ms compute step and
+    a 40 ms WAN step alike) instead of an absolute delay.
 
     Args:
-        share: target queue as a fraction of the step time (the workload's ``alpha``).
+        share: target share of the step for the job's own bytes (``alpha / eps``).
         gain: log-density change per unit of log error.
         deadband: log error tolerated without a change.
         max_step: largest log-density change per step.
@@ -305,10 +308,10 @@ class OwnQueueLaw(ControlLaw):
 
     def __init__(
         self,
-        share: float = 0.2,
+        share: float = 0.4,
         gain: float = 0.5,
         deadband: float = 0.2,
-        max_step: float = math.log(2),
+        max_step: float = math.log(4),
         initial: float = 1.0,
         min_density: float = LADDER_MIN_DENSITY,
         max_density: float = 1.0,
@@ -326,22 +329,22 @@ class OwnQueueLaw(ControlLaw):
         # Internal state: the time of the previous decision (the step time is the interval).
         self._last_time = math.nan
         # Stats: the last decision's inputs, for tests and logs.
-        self.own_queue = math.nan
+        self.own_time = math.nan
         self.target = math.nan
 
     def reset(self) -> None:
         super().reset()
         self._last_time = math.nan
-        self.own_queue = self.target = math.nan
+        self.own_time = self.target = math.nan
 
     def _decide(self, stats: DelayStats) -> float:
         period = stats.time - self._last_time
         self._last_time = stats.time
-        self.own_queue = stats.own_queue
-        if not period > 0 or math.isnan(self.own_queue):
+        self.own_time = stats.round_stream if stats.round_samples >= 2 else math.nan
+        if not period > 0 or math.isnan(self.own_time):
             return self.density
         self.target = self.share * period
-        error = math.log(max(self.own_queue, _TINY_DELAY) / self.target)
+        error = math.log(max(self.own_time, _TINY_DELAY) / self.target)
         if abs(error) <= self.deadband:
             return self.density
         step = min(max(self.gain * error, -self.max_step), self.max_step)
