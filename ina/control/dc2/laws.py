@@ -286,10 +286,18 @@ class OwnQueueLaw(ControlLaw):
        and changes no gap within a round; `DelayTargetLaw`'s ``srtt - base_rtt`` reads such
        a shift as congestion.
     2. ``T``: the step's own time, the interval between two decisions (compute plus
-       communication); ``target = share * T``.
-    3. ``error = ln(q / target)``; ``|error| <= deadband``: hold; otherwise
-       ``density *= exp(-clip(gain * error, -max_step, max_step))``. The first decision (no
-       ``T`` yet) and a step of fewer than two samples (no gap) hold.
+       communication); the target is ``q = share * T``.
+    3. ``error = ln((q / (T - q)) / (share / (1 - share)))``: the bytes' time over the rest
+       of the step against the same ratio at the target (zero exactly where ``q = share *
+       T``); ``|error| <= deadband``: hold; otherwise ``density *= exp(-clip(gain * error,
+       -max_step, max_step))``. The first decision (no ``T`` yet) and a step of fewer than
+       two samples (no gap) hold.
+
+    Why ``q / (T - q)`` and not ``q / T``: with ``q`` proportional to the density and the
+    rest of the step fixed, ``ln(q / (T - q))`` is ``ln d`` plus a constant, so the loop is
+    linear in log density and ``gain`` is the share of the distance removed per step, as in
+    `DelayTargetLaw`; ``q / T`` saturates at 1 (a step all bytes reads at most ``1 / share``
+    over the target), which made a first version come down from dense in 10 steps.
 
     Why ``share * T``: if the steps to target grow as ``d ** -alpha`` as the density ``d``
     falls, and a step takes ``T = T0 + q`` with the bytes' time ``q`` growing as ``d ** eps``
@@ -344,7 +352,9 @@ class OwnQueueLaw(ControlLaw):
         if not period > 0 or math.isnan(self.own_time):
             return self.density
         self.target = self.share * period
-        error = math.log(max(self.own_time, _TINY_DELAY) / self.target)
+        rest = max(period - self.own_time, _TINY_DELAY)
+        ratio = max(self.own_time, _TINY_DELAY) / rest
+        error = math.log(ratio / (self.share / (1 - self.share)))
         if abs(error) <= self.deadband:
             return self.density
         step = min(max(self.gain * error, -self.max_step), self.max_step)
