@@ -174,11 +174,12 @@ def test_bad_options_are_one_line_errors(argv, message):
 
 @pytest.mark.parametrize(("workload", "target"), [("mnist1d", "0.5"), ("pytext", "4.0")])
 def test_a_tiny_run_per_workload_reaches_a_low_target_deterministically(tmp_path, workload, target):
-    """DC2 on short congestion episodes (it changes level): twice the same simulated run."""
+    """DC2 (the default law) on short congestion episodes (it changes level): twice the same
+    simulated run."""
     args = parse("--workloads", workload, "--scenarios", "episodes-short", "--levels", "0.01",
-                 "--laws", "target", "--targets", f"{workload}={target}", "--eval-every", "10",
+                 "--laws", "ownq", "--targets", f"{workload}={target}", "--eval-every", "10",
                  "--max-steps", "300", "--out", str(tmp_path))  # fmt: skip
-    job = next(j for j in plan(args) if j["config"] == DC2_DEFAULT["target"] and not j["state"])
+    job = next(j for j in plan(args) if j["config"] == DC2_DEFAULT["ownq"] and not j["state"])
     rows = [run_job({**job, "dir": str(tmp_path / str(i))}) for i in range(2)]
     for r in rows:
         assert r["error"] == "", r["error"]
