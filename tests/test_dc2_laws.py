@@ -425,8 +425,9 @@ def test_the_own_queue_law_settles_where_its_bytes_are_its_share_of_the_step():
     for end in (40, 80):
         assert np.ptp(levels[end - 15 : end]) == 0.0
         last, before = dc2.log[end - 1], dc2.log[end - 2]
-        share = last.round_stream / (last.time - before.time)
-        assert abs(math.log(share / law.share)) <= law.deadband + 1e-9
+        own, step = last.round_stream, last.time - before.time
+        error = math.log(own / (step - own) / (law.share / (1 - law.share)))
+        assert abs(error) <= law.deadband + 1e-9  # the law's own error: inside the dead band
     # The fixed point of q = share * (T0 + q), T0 = COMPUTE + BASE the step without its own
     # bytes' time: d = share / (1 - share) * T0 / (OWN_FULL / capacity), within the dead band.
     expected = law.share / (1 - law.share) * (COMPUTE + BASE) / OWN_FULL
