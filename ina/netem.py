@@ -469,6 +469,16 @@ def on_grid(x):
     return np.ceil(np.asarray(x, dtype=np.float64) * _GRID) / _GRID
 
 
+def _service(size, rate, count=None):
+    """Service times of packets of ``size`` bytes at ``rate`` bit/s, on the grid. A packet
+    that stands for ``count`` packets of ``size / count`` bytes each (timing only's
+    representative, `ina.sim.nodes.SwitchNode`) takes ``count`` of their service times, as
+    they would back to back: the same sum to the bit."""
+    if count is None:
+        return on_grid(size * 8 / rate)
+    return count * on_grid(size / count * 8 / rate)
+
+
 # The last plain-wire admission (`LinkEmulator.admit_batch`): its input arrays, the wire's
 # parameters and state, its result and the state after. The arrays are held, so ``is`` means
 # the very same arrays (callers never write to arrays they handed over, or to results).
@@ -547,10 +557,13 @@ class LinkEmulator:
             d, offset = d.inner, d.offset_s
         return d.delay_s + offset if isinstance(d, ConstantDelay) else None
 
-    def admit_batch(self, times: np.ndarray, nbytes: np.ndarray | int) -> np.ndarray:
+    def admit_batch(
+        self, times: np.ndarray, nbytes: np.ndarray | int, count: np.ndarray | None = None
+    ) -> np.ndarray:
         """Release times of packets admitted at nondecreasing ``times``; NaN where dropped.
-        The arrays handed in must not change afterwards, and the result is read-only: it
-        may be another call's."""
+        ``count``: how many back-to-back packets each one stands for (its ``nbytes`` is
+        theirs together; default one). The arrays handed in must not change afterwards,
+        and the result is read-only: it may be another call's."""
         times = np.asarray(times, dtype=np.float64)
         fixed = self._fixed_delay()
         if (
@@ -569,10 +582,16 @@ class LinkEmulator:
             # arithmetic as below, without its per-call overhead.
             state = (self.rate_bps, fixed, self.reorder, self._free_at, self._last_release)
             last = _last_plain[0]
-            if last is not None and last[0] is times and last[1] is nbytes and last[2] == state:
+            if (
+                last is not None
+                and last[0] is times
+                and last[1] is nbytes
+                and last[2] == state
+                and last[7] is count
+            ):
                 # the same arrays into a wire of the same rate, delay and state (a switch's
                 # multicast into identical downlinks): the same result, computed once
-                _, _, _, release, nsum, self._free_at, self._last_release = last
+                _, _, _, release, nsum, self._free_at, self._last_release, _ = last
                 self.packets += times.size
                 self.bytes += nsum
                 return release
@@ -584,7 +603,7 @@ class LinkEmulator:
             if self.rate_bps is None:
                 departure = times
             else:
-                departure = self._serialize_fast(on_grid(times), nbytes, self.rate_bps)
+                departure = self._serialize_fast(on_grid(times), nbytes, self.rate_bps, count)
                 self._free_at = float(departure[-1])
             release = departure + fixed
             if not self.reorder:
@@ -598,6 +617,7 @@ class LinkEmulator:
                 nsum,
                 self._free_at,
                 self._last_release,
+                count,
             )
             return release
         sizes = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), times.shape)
@@ -611,11 +631,14 @@ class LinkEmulator:
         kept = self._uniform.take(len(times)) >= self.loss if self.loss > 0 else slice(None)
         delay = self.delay.delays(times)[kept]
         t, size = times[kept], sizes[kept]
+        per = None if count is None else np.asarray(count, dtype=np.float64)[kept]
         self.packets += len(times)
         self.dropped += len(times) - len(t)
         if len(t) == 0:
             return release
-        departure = self._serialize(t, size) if self.cross is None else self._among_cross(t, size)
+        departure = (
+            self._serialize(t, size, per) if self.cross is None else self._among_cross(t, size, per)
+        )
         queued = ~np.isnan(departure)  # not tail-dropped
         self.overflows += int((~queued).sum())
         self.dropped += int((~queued).sum())
@@ -631,22 +654,24 @@ class LinkEmulator:
         release[idx] = out
         return release
 
-    def _among_cross(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+    def _among_cross(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
         """`_serialize` with the cross traffic that arrived up to our last packet merged in,
         in time order (cross traffic first on a tie): our packets' departures."""
         ct, cs = self.cross.arrivals(float(t[-1]))
         if not ct.size:
-            return self._serialize(t, size)
+            return self._serialize(t, size, count)
         order = np.argsort(np.concatenate([ct, t]), kind="stable")
         ours = order >= ct.size
+        if count is not None:
+            count = np.concatenate([np.ones(ct.size), count])[order]
         departure = self._serialize(
-            np.concatenate([ct, t])[order], np.concatenate([cs, size])[order]
+            np.concatenate([ct, t])[order], np.concatenate([cs, size])[order], count
         )
         self.cross_packets += ct.size
         self.cross_dropped += int(np.isnan(departure[~ours]).sum())
         return departure[ours]
 
-    def _serialize(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+    def _serialize(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
         """Departure times through the queue (NaN: tail-dropped)."""
         if self.rate_bps is None:
             return t
@@ -655,23 +680,25 @@ class LinkEmulator:
         if self.capacity is not None:
             share = self.capacity.constant_over(float(t[0]), float(t[-1]) + self._busy_span(t))
         if share is not None:
-            departure = self._serialize_fast(t, size, self.rate_bps * share)
+            departure = self._serialize_fast(t, size, self.rate_bps * share, count)
             if self.buffer_bytes is None or not self._overflows(t, size, departure):
                 self._remember(float(t[-1]), departure, size)
                 return departure
-        return self._serialize_loop(t, size)
+        return self._serialize_loop(t, size, count)
 
     def _busy_span(self, t: np.ndarray) -> float:
         """How far past the last arrival the queue may still be busy (for the capacity
         check): at least what is queued already."""
         return max(self._free_at - float(t[-1]), 0.0) + 1e-3
 
-    def _serialize_fast(self, t: np.ndarray, size: np.ndarray, rate: float) -> np.ndarray:
+    def _serialize_fast(
+        self, t: np.ndarray, size: np.ndarray, rate: float, count=None
+    ) -> np.ndarray:
         """``d_k = max(t_k, d_{k-1}) + s_k`` at a constant rate, vectorized: it unrolls to
         ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
         service times ``s = 8 * size / rate``: a running maximum instead of a Python loop.
         ``t`` is on the time grid (`on_grid`), so this is exactly the loop's arithmetic."""
-        service = on_grid(size * 8 / rate)
+        service = _service(size, rate, count)
         done = np.cumsum(service)
         start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_at)
         return done + start
@@ -696,7 +723,7 @@ class LinkEmulator:
         keep = dep > last_arrival  # a later packet arrives no earlier: the rest has left
         self._q_dep, self._q_size = dep[keep], sz[keep]
 
-    def _serialize_loop(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+    def _serialize_loop(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
         """One packet at a time: a buffer that overflows, or a rate that changes."""
         rate = self.rate_bps
         share = (self.capacity.share(t) if self.capacity is not None else np.ones(t.size)).tolist()
@@ -706,7 +733,8 @@ class LinkEmulator:
         limit = math.inf if self.buffer_bytes is None else self.buffer_bytes
         free = self._free_at
         out = np.full(t.size, np.nan)
-        for k, (tk, sk) in enumerate(zip(t.tolist(), size.tolist(), strict=True)):
+        copies = [1.0] * t.size if count is None else count.tolist()
+        for k, (tk, sk, n) in enumerate(zip(t.tolist(), size.tolist(), copies, strict=True)):
             while head < len(q_dep) and q_dep[head] <= tk:
                 backlog -= q_size[head]
                 head += 1
@@ -715,7 +743,7 @@ class LinkEmulator:
             start = max(tk, free)
             if self.capacity is not None and start > tk:
                 share[k] = float(self.capacity.share(np.array([start]))[0])
-            free = start + math.ceil(sk * 8 / (rate * share[k]) * _GRID) / _GRID
+            free = start + n * (math.ceil(sk / n * 8 / (rate * share[k]) * _GRID) / _GRID)
             out[k] = free
             q_dep.append(free)
             q_size.append(sk)

@@ -279,10 +279,12 @@ class SwitchNode:
 
     def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         size = lengths + FRAME_OVERHEAD
+        count = None
         if self.weight != 1:  # contributions stand for `weight` each; a parent's results once
             result = (data[:, _FLAGS_FIELD] & int(Flag.RESULT)) != 0
-            size = np.where(result, size, size * self.weight)
-        done = self.queue.admit_batch(t, size) + self.latency
+            count = np.where(result, 1, self.weight)
+            size = size * count
+        done = self.queue.admit_batch(t, size, count) + self.latency
         if self._out.data.shape[0] < t.size:
             self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
         out = self._out

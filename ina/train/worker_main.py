@@ -361,7 +361,12 @@ class Run:
         where = "gloo allreduce"
         if self.worker is not None:
             host, port = c["ina"]["switch"]
-            where = f"switch {host}:{port}, compression {c['compression']}"
+            method = (
+                f"compressor {c['compressor']}"
+                if c.get("compressor")
+                else f"compression {c['compression']}"
+            )
+            where = f"switch {host}:{port}, {method}"
         d = self.data
         print(
             f"training {self.workload.model} ({num_parameters(self.model):,} parameters) on "
