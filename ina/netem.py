@@ -455,28 +455,29 @@ class CrossTrace(CrossTraffic):
         return t, s
 
 
-# The serializer works on a grid of 2**-40 s (about 0.9 ps): arrival times are rounded up to
-# it and service times too (a link never runs faster than its rate). Sums of grid values
-# below 2**13 s (2.3 hours) are exact in float64, so a queue's departures are the same
-# whether its packets came one at a time or in a batch (a running sum over a batch and one
-# packet at a time round differently otherwise, and a one-ulp difference flips a tie with a
-# cross-traffic packet: `tests/test_netem.py`).
-_GRID = float(2**40)
+# The serializer counts time in whole picoseconds, held in float64 (exact integers up to
+# 2**53 ps, 2.5 hours): arrival times are rounded to the nearest picosecond and service
+# times too (exact at decimal rates: 852,800 ps for 1,066 bytes at 10 Gbit/s). Its sums are
+# then exact, so a queue's departures are the same whether its packets came one at a time
+# or in a batch (in seconds a running sum over a batch and one packet at a time round
+# differently, and a one-ulp difference flips a tie with a cross-traffic packet:
+# `tests/test_netem.py`), and ties are ties, as in ns-3's integer time.
+_PS = 1e12
 
 
-def on_grid(x):
-    """``x`` seconds rounded up to the serializer's time grid."""
-    return np.ceil(np.asarray(x, dtype=np.float64) * _GRID) / _GRID
+def to_ps(t):
+    """Seconds as whole picoseconds (float64), the serializer's clock."""
+    return np.rint(np.asarray(t, dtype=np.float64) * _PS)
 
 
-def _service(size, rate, count=None):
-    """Service times of packets of ``size`` bytes at ``rate`` bit/s, on the grid. A packet
-    that stands for ``count`` packets of ``size / count`` bytes each (timing only's
+def _service_ps(size, rate, count=None):
+    """Service times, in picoseconds, of packets of ``size`` bytes at ``rate`` bit/s. A
+    packet that stands for ``count`` packets of ``size / count`` bytes each (timing only's
     representative, `ina.sim.nodes.SwitchNode`) takes ``count`` of their service times, as
     they would back to back: the same sum to the bit."""
     if count is None:
-        return on_grid(size * 8 / rate)
-    return count * on_grid(size / count * 8 / rate)
+        return np.rint(size * 8 / rate * _PS)
+    return count * np.rint(size / count * 8 / rate * _PS)
 
 
 # The last plain-wire admission (`LinkEmulator.admit_batch`): its input arrays, the wire's
@@ -530,9 +531,9 @@ class LinkEmulator:
         self.cross = cross
         # Internal state.
         self._uniform = _Draws(np.random.default_rng(seed), "uniform")
-        self._free_at = -math.inf  # when the serializer finishes the last admitted packet
+        self._free_ps = -math.inf  # when the serializer finishes the last admitted packet
         self._last_release = -math.inf
-        self._q_dep = np.zeros(0)  # departure times and sizes of packets maybe still queued
+        self._q_dep = np.zeros(0)  # departures (ps) and sizes of packets maybe still queued
         self._q_size = np.zeros(0)
         # Stats.
         self.packets = 0
@@ -580,7 +581,7 @@ class LinkEmulator:
             # A plain wire, the simulator's common case: no draws, no queue accounting, and
             # FIFO by construction (a constant delay after a FIFO serializer). The same
             # arithmetic as below, without its per-call overhead.
-            state = (self.rate_bps, fixed, self.reorder, self._free_at, self._last_release)
+            state = (self.rate_bps, fixed, self.reorder, self._free_ps, self._last_release)
             last = _last_plain[0]
             if (
                 last is not None
@@ -591,7 +592,7 @@ class LinkEmulator:
             ):
                 # the same arrays into a wire of the same rate, delay and state (a switch's
                 # multicast into identical downlinks): the same result, computed once
-                _, _, _, release, nsum, self._free_at, self._last_release, _ = last
+                _, _, _, release, nsum, self._free_ps, self._last_release, _ = last
                 self.packets += times.size
                 self.bytes += nsum
                 return release
@@ -603,8 +604,9 @@ class LinkEmulator:
             if self.rate_bps is None:
                 departure = times
             else:
-                departure = self._serialize_fast(on_grid(times), nbytes, self.rate_bps, count)
-                self._free_at = float(departure[-1])
+                done = self._serialize_fast(to_ps(times), nbytes, self.rate_bps, count)
+                self._free_ps = float(done[-1])
+                departure = done / _PS
             release = departure + fixed
             if not self.reorder:
                 release = np.maximum(release, self._last_release)
@@ -615,7 +617,7 @@ class LinkEmulator:
                 state,
                 release,
                 nsum,
-                self._free_at,
+                self._free_ps,
                 self._last_release,
                 count,
             )
@@ -672,24 +674,24 @@ class LinkEmulator:
         return departure[ours]
 
     def _serialize(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
-        """Departure times through the queue (NaN: tail-dropped)."""
+        """Departure times through the queue, in seconds (NaN: tail-dropped)."""
         if self.rate_bps is None:
             return t
-        t = on_grid(t)
+        t_ps = to_ps(t)
         share = 1.0
         if self.capacity is not None:
             share = self.capacity.constant_over(float(t[0]), float(t[-1]) + self._busy_span(t))
         if share is not None:
-            departure = self._serialize_fast(t, size, self.rate_bps * share, count)
-            if self.buffer_bytes is None or not self._overflows(t, size, departure):
-                self._remember(float(t[-1]), departure, size)
-                return departure
-        return self._serialize_loop(t, size, count)
+            done = self._serialize_fast(t_ps, size, self.rate_bps * share, count)
+            if self.buffer_bytes is None or not self._overflows(t_ps, size, done):
+                self._remember(float(t_ps[-1]), done, size)
+                return done / _PS
+        return self._serialize_loop(t_ps, size, count) / _PS
 
     def _busy_span(self, t: np.ndarray) -> float:
         """How far past the last arrival the queue may still be busy (for the capacity
         check): at least what is queued already."""
-        return max(self._free_at - float(t[-1]), 0.0) + 1e-3
+        return max(self._free_ps / _PS - float(t[-1]), 0.0) + 1e-3
 
     def _serialize_fast(
         self, t: np.ndarray, size: np.ndarray, rate: float, count=None
@@ -697,58 +699,66 @@ class LinkEmulator:
         """``d_k = max(t_k, d_{k-1}) + s_k`` at a constant rate, vectorized: it unrolls to
         ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
         service times ``s = 8 * size / rate``: a running maximum instead of a Python loop.
-        ``t`` is on the time grid (`on_grid`), so this is exactly the loop's arithmetic."""
-        service = _service(size, rate, count)
+        Times in picoseconds (`to_ps`), whole numbers: this is exactly the loop's arithmetic."""
+        service = _service_ps(size, rate, count)
         done = np.cumsum(service)
-        start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_at)
+        start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_ps)
         return done + start
 
     def _overflows(self, t: np.ndarray, size: np.ndarray, departure: np.ndarray) -> bool:
-        """Whether any packet finds the buffer too full for it (vectorized check)."""
+        """Whether any packet finds the buffer too full for it (vectorized check). A packet
+        that arrives in the very picosecond another's transmission ends finds it still
+        there (`_serialize_loop`)."""
         cum = np.concatenate([[0.0], np.cumsum(size)])
         i = np.arange(t.size)
-        first = np.minimum(np.searchsorted(departure, t, side="right"), i)
+        first = np.minimum(np.searchsorted(departure, t, side="left"), i)
         backlog = cum[i] - cum[first]  # this batch's packets still queued at t_i
         if self._q_dep.size:
             qcum = np.concatenate([[0.0], np.cumsum(self._q_size)])
-            backlog += qcum[-1] - qcum[np.searchsorted(self._q_dep, t, side="right")]
+            backlog += qcum[-1] - qcum[np.searchsorted(self._q_dep, t, side="left")]
         return bool(np.any(backlog + size > self.buffer_bytes))
 
     def _remember(self, last_arrival: float, departure: np.ndarray, size: np.ndarray) -> None:
-        self._free_at = float(departure[-1])
+        self._free_ps = float(departure[-1])
         if self.buffer_bytes is None:
             return
         dep = np.concatenate([self._q_dep, departure])
         sz = np.concatenate([self._q_size, size])
-        keep = dep > last_arrival  # a later packet arrives no earlier: the rest has left
+        keep = dep >= last_arrival  # a later packet arrives no earlier: the rest has left
         self._q_dep, self._q_size = dep[keep], sz[keep]
 
     def _serialize_loop(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
-        """One packet at a time: a buffer that overflows, or a rate that changes."""
+        """One packet at a time: a buffer that overflows, or a rate that changes (times in
+        picoseconds)."""
         rate = self.rate_bps
-        share = (self.capacity.share(t) if self.capacity is not None else np.ones(t.size)).tolist()
+        share = (
+            self.capacity.share(t / _PS) if self.capacity is not None else np.ones(t.size)
+        ).tolist()
         q_dep, q_size = self._q_dep.tolist(), self._q_size.tolist()
         head = 0
         backlog = sum(q_size)
         limit = math.inf if self.buffer_bytes is None else self.buffer_bytes
-        free = self._free_at
+        free = self._free_ps
         out = np.full(t.size, np.nan)
         copies = [1.0] * t.size if count is None else count.tolist()
         for k, (tk, sk, n) in enumerate(zip(t.tolist(), size.tolist(), copies, strict=True)):
-            while head < len(q_dep) and q_dep[head] <= tk:
+            # a transmission ending in the very picosecond of an arrival still holds its
+            # place: the arrival comes first, as in ns-3, where it was scheduled (one link
+            # delay before) ahead of the end of the transmission (one service time before)
+            while head < len(q_dep) and q_dep[head] < tk:
                 backlog -= q_size[head]
                 head += 1
             if backlog + sk > limit:
                 continue  # tail drop
             start = max(tk, free)
             if self.capacity is not None and start > tk:
-                share[k] = float(self.capacity.share(np.array([start]))[0])
-            free = start + n * (math.ceil(sk / n * 8 / (rate * share[k]) * _GRID) / _GRID)
+                share[k] = float(self.capacity.share(np.array([start / _PS]))[0])
+            free = start + n * round(sk / n * 8 / (rate * share[k]) * _PS)
             out[k] = free
             q_dep.append(free)
             q_size.append(sk)
             backlog += sk
-        self._free_at = free
+        self._free_ps = free
         self._q_dep = np.array(q_dep[head:])
         self._q_size = np.array(q_size[head:])
         return out
