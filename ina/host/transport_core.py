@@ -761,6 +761,20 @@ class TransportCore:
         batch. The timeout follows the queueing delay a full window builds up."""
         srtt, rttvar = self._srtt, self._rttvar
         cfg = self.cfg
+        if rtt.size and srtt != 0.0 and clean.all():
+            # The common batch: every sample clean, the estimator running. The recurrence
+            # one sample at a time; the timeout from it in array steps (the same float
+            # operations as below: max and min only select).
+            smoothed, var = [], []
+            for r in rtt.tolist():
+                rttvar = 0.75 * rttvar + 0.25 * abs(srtt - r)
+                srtt = 0.875 * srtt + 0.125 * r
+                smoothed.append(srtt)
+                var.append(rttvar)
+            s, v = np.array(smoothed), np.array(var)
+            out = np.minimum(np.maximum(np.maximum(s + 4 * v, 2 * s), cfg.min_rto), cfg.max_rto)
+            self._srtt, self._rttvar, self.rto = srtt, rttvar, float(out[-1])
+            return out, s
         rto = self.rto
         out, smoothed = [], []
         for r, ok in zip(rtt.tolist(), clean.tolist(), strict=True):

@@ -86,10 +86,11 @@ class _Inbox:
             t, d, n = self._times[0], self._data[0], self._lengths[0]
         else:
             t = np.concatenate(self._times)
-            order = np.argsort(t, kind="stable")
-            t = t[order]
-            d = np.concatenate(self._data)[order]
-            n = np.concatenate(self._lengths)[order]
+            d = np.concatenate(self._data)
+            n = np.concatenate(self._lengths)
+            if (t[1:] < t[:-1]).any():  # else in order already (one link's deliveries)
+                order = np.argsort(t, kind="stable")
+                t, d, n = t[order], d[order], n[order]
         cut = int(np.searchsorted(t, horizon, side="left"))
         if cut < t.size:
             self._times, self._data, self._lengths = [t[cut:]], [d[cut:]], [n[cut:]]
