@@ -543,6 +543,11 @@ class LinkEmulator:
         self.cross_packets = 0  # cross traffic's packets that arrived (`CrossTraffic`)
         self.cross_dropped = 0  # ... and were tail-dropped
 
+    @property
+    def lossless(self) -> bool:
+        """No packet is ever dropped (no random loss, no finite buffer)."""
+        return self.loss == 0 and self.buffer_bytes is None
+
     def admit(self, now: float, nbytes: int) -> float | None:
         """Release time of one packet admitted at ``now``, or None if it is dropped."""
         if nbytes < 0:
