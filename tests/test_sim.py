@@ -54,7 +54,7 @@ def test_offered_load_above_the_rate_queues_then_overflows_into_drops_and_retran
     ws = workers_for(net)
     x = [np.ones(64 * 256, np.float32) * (w + 1) for w in range(4)]
     samples: list[np.ndarray] = []
-    net.workers[0].core.rtt_listener = samples.append
+    net.workers[0].core.rtt_listener = lambda rtt, _t: samples.append(rtt)
     net.run([ws[w].allreduce_steps(x[w]) for w in range(4)])
     rtt = np.concatenate(samples)
     base = 2 * (1e-6 + FRAME * 8 / 1e9) + 1e-6

@@ -253,14 +253,16 @@ class TransportCore:
         cfg: the worker's configuration (only its protocol fields matter here).
         nonce: this worker's random 32-bit nonce for joining a run; drivers draw it (the
             UDP driver from the OS, the simulator from its seed).
-        rtt_listener: called with each batch of Karn round-trip samples (seconds).
+        rtt_listener: called with each batch of Karn round-trip samples (seconds) and the
+            time each arrived (the driver's clock): a simulator's batching of arrivals
+            changes neither.
     """
 
     def __init__(
         self,
         cfg: WorkerConfig,
         nonce: int,
-        rtt_listener: Callable[[np.ndarray], None] | None = None,
+        rtt_listener: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> None:
         if not 0 <= nonce <= _MASK32:
             raise ValueError("nonce must be a 32-bit unsigned integer")
@@ -587,8 +589,8 @@ class TransportCore:
         if samples.size:
             self.stats.rtt_samples += samples.size
             self.stats.rtt_sum += float(samples.sum())
-            if self.rtt_listener is not None:
-                self.rtt_listener(samples)
+            if self.rtt_listener is not None:  # with each sample's own arrival time
+                self.rtt_listener(samples, t[clean] if samples is not rtt else t)
         check = call.round.check
         if check is not None and 0 in rc:
             check(call.out[0])  # may raise (e.g. LengthMismatch): the call is abandoned
