@@ -546,6 +546,12 @@ class LinkEmulator:
         self.cross_dropped = 0  # ... and were tail-dropped
 
     @property
+    def released_until(self) -> float:
+        """No packet admitted from now on is released before this time: a FIFO link's last
+        release (-inf for a link that may reorder). A simulator's channel clock."""
+        return -math.inf if self.reorder else self._last_release
+
+    @property
     def lossless(self) -> bool:
         """No packet is ever dropped (no random loss, no finite buffer)."""
         return self.loss == 0 and self.buffer_bytes is None

@@ -445,11 +445,13 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         if len(nodes) == 1:  # a host of its own: its link hands packets straight over
             ((job_id, node),) = nodes.items()
             node.uplink = Link(ups[h], switch.input_port())
+            switch.inputs.append(node.uplink)
             switch.ports[(job_id, node.core.cfg.worker_id)] = Link(downs[h], node.deliver)
             continue
         # a shared host: its workers' packets enter its uplink in time order, and what comes
         # down its link goes to the worker of the packet's job
         uplink = OrderedLink(engine, ups[h], switch.input_port())
+        switch.inputs.append(uplink)
         downlink = Link(downs[h], _by_job(nodes))
         for port, (job_id, node) in enumerate(nodes.items()):
             node.uplink, node.port = uplink, port
@@ -626,11 +628,14 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
                 continue
             node = nodes[lower]
             node.uplink = Link(up, switches[upper].input_port())
+            switches[upper].inputs.append(node.uplink)
             switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
         else:
             child = fabric.contributors(upper).index(lower)
             switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].input_port())
+            switches[upper].inputs.append(switches[lower].ports[(job, PARENT)])
             switches[upper].ports[(job, child)] = Link(down, switches[lower].input_port())
+            switches[lower].inputs.append(switches[upper].ports[(job, child)])
     top = fabric.root
     workers = [nodes[h] for h in fabric.workers]
     return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)

@@ -322,6 +322,10 @@ class SwitchNode:
         # (job_id, worker_id) -> downlink; on a leaf, (job_id, PARENT) -> the uplink to its
         # parent switch (hierarchical aggregation, `ina.sim.network`)
         self.ports: dict[tuple[int, int], Link] = {}
+        # the links into the switch, by port (`input_port`): their channel clocks let it
+        # take more than ``lookahead`` at once (`_horizon`)
+        self.inputs: list[Link] = []
+        self.run_ahead = True  # False: exactly ``lookahead`` per event (`ina.sim.allreduce.run`)
         self._ports_in = 0
         self._wake = _Wakeup(engine, self._run)
         self._out = Outputs.allocate(256, pipeline.payload_bytes)
@@ -342,8 +346,24 @@ class SwitchNode:
         self._ports_in += 1
         return lambda times, data, lengths: self.arrive(times, data, lengths, port)
 
+    def _horizon(self) -> float:
+        """Every packet arriving before this time is in the inbox already.
+
+        Nothing not yet sent arrives sooner than ``now + lookahead``; and each input link is
+        FIFO, so nothing it has still to deliver arrives before the last packet it delivered
+        (its channel clock, as in conservative parallel simulation). The earliest of those
+        clocks bounds every input at once: while the workers are busy it lies about a round
+        trip ahead, where ``lookahead`` is one link's latency. Packets at exactly that time
+        stay for later: a link may still deliver another one at the same time."""
+        horizon = self.engine.now + self.lookahead
+        if self.run_ahead and self.inputs and len(self.inputs) == self._ports_in:
+            clock = min(link.emulator.released_until for link in self.inputs)
+            if clock > horizon:
+                return clock
+        return horizon
+
     def _run(self) -> None:
-        t, data, lengths = self.inbox.take_before(self.engine.now + self.lookahead)
+        t, data, lengths = self.inbox.take_before(self._horizon())
         if t.size:
             self._process(t, data, lengths)
         if self.inbox.first < math.inf:
