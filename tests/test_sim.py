@@ -134,7 +134,7 @@ def test_lookahead_batching_changes_no_result_even_under_tail_drop(monkeypatch):
         net = build(*args)
         for node in [*net.workers, net.switch]:
             node.lookahead = 1e-9
-        net.switch.run_ahead = False
+            node.run_ahead = False
         return net
 
     monkeypatch.setattr(sim_allreduce, "build", one_per_event)

@@ -343,6 +343,11 @@ class TransportCore:
             return np.inf
         return float(self._call.deadline.min())
 
+    def least_timeout(self) -> float:
+        """The least time from a send to its timeout: no timer that `receive` sets fires
+        sooner than this after the earliest datagram it is given."""
+        return min(self.rto, self.cfg.min_rto)
+
     def tick(self, now: float) -> None:
         """Timers: retransmit what timed out; raise `ReduceTimeout` for what gave up."""
         if self._join is not None:

@@ -101,8 +101,8 @@ def run(
         switches = list(net.switches.values() or [net.switch])
         for node in [*net.workers, *switches]:
             node.lookahead = min(node.lookahead, lookahead_s)
-        for switch in switches:
-            switch.run_ahead = False  # no channel clocks either: at most lookahead_s
+        for node in [*net.workers, *switches]:
+            node.run_ahead = False  # no channel clocks either: at most lookahead_s
     workers = workers_for(net, density)
     rng = np.random.default_rng(seed)
     tensors = [rng.standard_normal(size).astype(np.float32) for _ in net.workers]

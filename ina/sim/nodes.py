@@ -442,6 +442,11 @@ class WorkerNode:
         self.codec_time = codec_time
         self.uplink: Link | None = None
         self.port = 0  # which of its uplink's senders it is (a host shared by several jobs)
+        # Take every packet its link has delivered, up to its next timer or program step:
+        # its one input link is FIFO, so nothing can still arrive before them, and what it
+        # sends in reply cannot come back within ``lookahead`` anyway. (False: at most
+        # ``lookahead`` per event, `ina.sim.allreduce.run`.)
+        self.run_ahead = True
         self.inbox = _Inbox(core.pb + 1)
         self._wake = _Wakeup(engine, self._on_inbox)
         self._timer = _Wakeup(engine, self._on_timer)
@@ -531,7 +536,10 @@ class WorkerNode:
         if deadline <= now:
             self._tick(now)
             deadline = self.core.deadline()
-        horizon = min(now + self.lookahead, deadline, self._resume_at)
+        ahead = self.lookahead
+        if self.run_ahead:
+            ahead = max(ahead, self.core.least_timeout())
+        horizon = min(now + ahead, deadline, self._resume_at)
         t, data, lengths = self.inbox.take_before(max(horizon, now + 1e-12))
         if t.size:
             try:
