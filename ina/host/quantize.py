@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ina.host.arrays import Array, ops
 from ina.protocol import EXP_BIAS, EXP_MAX, EXP_MIN, EXP_ZERO
 
@@ -50,6 +52,11 @@ def _blocks(xp, x: Array, block: int, dtype=None) -> Array:
     padded = xp.zeros(nblocks * block, dtype)
     padded[:n] = x.reshape(-1)
     return padded.reshape(nblocks, block)
+
+
+def _own_numpy(blocks: Array, x: Array) -> bool:
+    """Whether ``blocks`` (from `_blocks`) is a numpy array of its own, not ``x``'s memory."""
+    return isinstance(blocks, np.ndarray) and not np.may_share_memory(blocks, x)
 
 
 def _is_float(x: Array) -> bool:
@@ -91,8 +98,11 @@ def encode(x: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(x)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
-    scaled = _blocks(xp, x, block) * _pow2(shifts.reshape(-1, 1))
-    return xp.astype(xp.rint(scaled), xp.int32).reshape(-1)[: xp.size(x)]
+    blocks, scale = _blocks(xp, x, block), _pow2(shifts.reshape(-1, 1))
+    if _own_numpy(blocks, x):  # a fresh array: scale and round it in place (no temporaries)
+        np.rint(np.multiply(blocks, scale, out=blocks), out=blocks)
+        return blocks.astype(np.int32).reshape(-1)[: x.size]
+    return xp.astype(xp.rint(blocks * scale), xp.int32).reshape(-1)[: xp.size(x)]
 
 
 def decode(v: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
@@ -100,8 +110,10 @@ def decode(v: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(v)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
-    out = _blocks(xp, v, block) * _pow2(-shifts.reshape(-1, 1))
-    return out.reshape(-1)[: xp.size(v)]
+    blocks, scale = _blocks(xp, v, block), _pow2(-shifts.reshape(-1, 1))
+    if _own_numpy(blocks, v):
+        return np.multiply(blocks, scale, out=blocks).reshape(-1)[: v.size]
+    return (blocks * scale).reshape(-1)[: xp.size(v)]
 
 
 def error_bound(biased_exps: Array, block: int, num_workers: int, n: int) -> Array:
