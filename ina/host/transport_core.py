@@ -774,11 +774,12 @@ class TransportCore:
             # one sample at a time; the timeout from it in array steps (the same float
             # operations as below: max and min only select).
             smoothed, var = [], []
+            keep_srtt, keep_var = smoothed.append, var.append
             for r in rtt.tolist():
                 rttvar = 0.75 * rttvar + 0.25 * abs(srtt - r)
                 srtt = 0.875 * srtt + 0.125 * r
-                smoothed.append(srtt)
-                var.append(rttvar)
+                keep_srtt(srtt)
+                keep_var(rttvar)
             s, v = np.array(smoothed), np.array(var)
             out = np.minimum(np.maximum(np.maximum(s + 4 * v, 2 * s), cfg.min_rto), cfg.max_rto)
             self._srtt, self._rttvar, self.rto = srtt, rttvar, float(out[-1])
