@@ -398,28 +398,30 @@ class CrossEpisodes(CrossTraffic):
         if not (rate_bps > 0 and size > 0):
             raise ValueError("cross traffic needs a rate > 0 and a packet size > 0")
         self.rate_bps, self.size, self.episodes = rate_bps, size, episodes
-        self._next = -math.inf  # the next packet not yet returned
+        # the next packet not yet returned: episode index, packet index in it (integers, so
+        # that what a call returns does not depend on where earlier calls stopped)
+        self._episode = 0
+        self._k = 0
 
     def arrivals(self, until: float) -> tuple[np.ndarray, np.ndarray]:
         gap = self.size * 8 / self.rate_bps
         starts, ends = self.episodes.episodes_until(until)
         times = []
-        i = int(np.searchsorted(ends, self._next, side="right"))  # episodes not yet over
-        for start, end in zip(starts[i:].tolist(), ends[i:].tolist(), strict=True):
-            if start > until:
-                break
-            first = max(start, self._next)
-            k0 = math.ceil((first - start) / gap - 1e-9)
-            last = min(end, np.nextafter(until, math.inf))  # until itself is included
-            k1 = math.ceil((last - start) / gap - 1e-9)
-            if k1 > k0:
-                times.append(start + gap * np.arange(k0, k1))
+        i, k = self._episode, self._k
+        while i < len(starts) and starts[i] <= until:
+            start = float(starts[i])
+            count = math.ceil((float(ends[i]) - start) / gap - 1e-9)  # the episode's packets
+            t = start + gap * np.arange(k, count)
+            t = t[t <= until]
+            times.append(t)
+            k += t.size
+            if k < count:
+                break  # the episode goes on after ``until``
+            i, k = i + 1, 0
+        self._episode, self._k = i, k
         if not times:
             return np.zeros(0), np.zeros(0)
         t = np.concatenate(times)
-        t = t[t <= until]
-        if t.size:
-            self._next = float(t[-1]) + gap * (1 - 1e-9)
         return t, np.full(t.size, float(self.size))
 
 
@@ -542,6 +544,17 @@ class LinkEmulator:
         self.bytes = 0  # bytes of the packets not dropped
         self.cross_packets = 0  # cross traffic's packets that arrived (`CrossTraffic`)
         self.cross_dropped = 0  # ... and were tail-dropped
+
+    @property
+    def released_until(self) -> float:
+        """No packet admitted from now on is released before this time: a FIFO link's last
+        release (-inf for a link that may reorder). A simulator's channel clock."""
+        return -math.inf if self.reorder else self._last_release
+
+    @property
+    def lossless(self) -> bool:
+        """No packet is ever dropped (no random loss, no finite buffer)."""
+        return self.loss == 0 and self.buffer_bytes is None
 
     def admit(self, now: float, nbytes: int) -> float | None:
         """Release time of one packet admitted at ``now``, or None if it is dropped."""
