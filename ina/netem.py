@@ -398,28 +398,30 @@ class CrossEpisodes(CrossTraffic):
         if not (rate_bps > 0 and size > 0):
             raise ValueError("cross traffic needs a rate > 0 and a packet size > 0")
         self.rate_bps, self.size, self.episodes = rate_bps, size, episodes
-        self._next = -math.inf  # the next packet not yet returned
+        # the next packet not yet returned: episode index, packet index in it (integers, so
+        # that what a call returns does not depend on where earlier calls stopped)
+        self._episode = 0
+        self._k = 0
 
     def arrivals(self, until: float) -> tuple[np.ndarray, np.ndarray]:
         gap = self.size * 8 / self.rate_bps
         starts, ends = self.episodes.episodes_until(until)
         times = []
-        i = int(np.searchsorted(ends, self._next, side="right"))  # episodes not yet over
-        for start, end in zip(starts[i:].tolist(), ends[i:].tolist(), strict=True):
-            if start > until:
-                break
-            first = max(start, self._next)
-            k0 = math.ceil((first - start) / gap - 1e-9)
-            last = min(end, np.nextafter(until, math.inf))  # until itself is included
-            k1 = math.ceil((last - start) / gap - 1e-9)
-            if k1 > k0:
-                times.append(start + gap * np.arange(k0, k1))
+        i, k = self._episode, self._k
+        while i < len(starts) and starts[i] <= until:
+            start = float(starts[i])
+            count = math.ceil((float(ends[i]) - start) / gap - 1e-9)  # the episode's packets
+            t = start + gap * np.arange(k, count)
+            t = t[t <= until]
+            times.append(t)
+            k += t.size
+            if k < count:
+                break  # the episode goes on after ``until``
+            i, k = i + 1, 0
+        self._episode, self._k = i, k
         if not times:
             return np.zeros(0), np.zeros(0)
         t = np.concatenate(times)
-        t = t[t <= until]
-        if t.size:
-            self._next = float(t[-1]) + gap * (1 - 1e-9)
         return t, np.full(t.size, float(self.size))
 
 
@@ -455,18 +457,29 @@ class CrossTrace(CrossTraffic):
         return t, s
 
 
-# The serializer works on a grid of 2**-40 s (about 0.9 ps): arrival times are rounded up to
-# it and service times too (a link never runs faster than its rate). Sums of grid values
-# below 2**13 s (2.3 hours) are exact in float64, so a queue's departures are the same
-# whether its packets came one at a time or in a batch (a running sum over a batch and one
-# packet at a time round differently otherwise, and a one-ulp difference flips a tie with a
-# cross-traffic packet: `tests/test_netem.py`).
-_GRID = float(2**40)
+# The serializer counts time in whole picoseconds, held in float64 (exact integers up to
+# 2**53 ps, 2.5 hours): arrival times are rounded to the nearest picosecond and service
+# times too (exact at decimal rates: 852,800 ps for 1,066 bytes at 10 Gbit/s). Its sums are
+# then exact, so a queue's departures are the same whether its packets came one at a time
+# or in a batch (in seconds a running sum over a batch and one packet at a time round
+# differently, and a one-ulp difference flips a tie with a cross-traffic packet:
+# `tests/test_netem.py`), and ties are ties, as in ns-3's integer time.
+_PS = 1e12
 
 
-def on_grid(x):
-    """``x`` seconds rounded up to the serializer's time grid."""
-    return np.ceil(np.asarray(x, dtype=np.float64) * _GRID) / _GRID
+def to_ps(t):
+    """Seconds as whole picoseconds (float64), the serializer's clock."""
+    return np.rint(np.asarray(t, dtype=np.float64) * _PS)
+
+
+def _service_ps(size, rate, count=None):
+    """Service times, in picoseconds, of packets of ``size`` bytes at ``rate`` bit/s. A
+    packet that stands for ``count`` packets of ``size / count`` bytes each (timing only's
+    representative, `ina.sim.nodes.SwitchNode`) takes ``count`` of their service times, as
+    they would back to back: the same sum to the bit."""
+    if count is None:
+        return np.rint(size * 8 / rate * _PS)
+    return count * np.rint(size / count * 8 / rate * _PS)
 
 
 # The last plain-wire admission (`LinkEmulator.admit_batch`): its input arrays, the wire's
@@ -520,9 +533,9 @@ class LinkEmulator:
         self.cross = cross
         # Internal state.
         self._uniform = _Draws(np.random.default_rng(seed), "uniform")
-        self._free_at = -math.inf  # when the serializer finishes the last admitted packet
+        self._free_ps = -math.inf  # when the serializer finishes the last admitted packet
         self._last_release = -math.inf
-        self._q_dep = np.zeros(0)  # departure times and sizes of packets maybe still queued
+        self._q_dep = np.zeros(0)  # departures (ps) and sizes of packets maybe still queued
         self._q_size = np.zeros(0)
         # Stats.
         self.packets = 0
@@ -531,6 +544,17 @@ class LinkEmulator:
         self.bytes = 0  # bytes of the packets not dropped
         self.cross_packets = 0  # cross traffic's packets that arrived (`CrossTraffic`)
         self.cross_dropped = 0  # ... and were tail-dropped
+
+    @property
+    def released_until(self) -> float:
+        """No packet admitted from now on is released before this time: a FIFO link's last
+        release (-inf for a link that may reorder). A simulator's channel clock."""
+        return -math.inf if self.reorder else self._last_release
+
+    @property
+    def lossless(self) -> bool:
+        """No packet is ever dropped (no random loss, no finite buffer)."""
+        return self.loss == 0 and self.buffer_bytes is None
 
     def admit(self, now: float, nbytes: int) -> float | None:
         """Release time of one packet admitted at ``now``, or None if it is dropped."""
@@ -547,10 +571,13 @@ class LinkEmulator:
             d, offset = d.inner, d.offset_s
         return d.delay_s + offset if isinstance(d, ConstantDelay) else None
 
-    def admit_batch(self, times: np.ndarray, nbytes: np.ndarray | int) -> np.ndarray:
+    def admit_batch(
+        self, times: np.ndarray, nbytes: np.ndarray | int, count: np.ndarray | None = None
+    ) -> np.ndarray:
         """Release times of packets admitted at nondecreasing ``times``; NaN where dropped.
-        The arrays handed in must not change afterwards, and the result is read-only: it
-        may be another call's."""
+        ``count``: how many back-to-back packets each one stands for (its ``nbytes`` is
+        theirs together; default one). The arrays handed in must not change afterwards,
+        and the result is read-only: it may be another call's."""
         times = np.asarray(times, dtype=np.float64)
         fixed = self._fixed_delay()
         if (
@@ -567,12 +594,18 @@ class LinkEmulator:
             # A plain wire, the simulator's common case: no draws, no queue accounting, and
             # FIFO by construction (a constant delay after a FIFO serializer). The same
             # arithmetic as below, without its per-call overhead.
-            state = (self.rate_bps, fixed, self.reorder, self._free_at, self._last_release)
+            state = (self.rate_bps, fixed, self.reorder, self._free_ps, self._last_release)
             last = _last_plain[0]
-            if last is not None and last[0] is times and last[1] is nbytes and last[2] == state:
+            if (
+                last is not None
+                and last[0] is times
+                and last[1] is nbytes
+                and last[2] == state
+                and last[7] is count
+            ):
                 # the same arrays into a wire of the same rate, delay and state (a switch's
                 # multicast into identical downlinks): the same result, computed once
-                _, _, _, release, nsum, self._free_at, self._last_release = last
+                _, _, _, release, nsum, self._free_ps, self._last_release, _ = last
                 self.packets += times.size
                 self.bytes += nsum
                 return release
@@ -584,8 +617,9 @@ class LinkEmulator:
             if self.rate_bps is None:
                 departure = times
             else:
-                departure = self._serialize_fast(on_grid(times), nbytes, self.rate_bps)
-                self._free_at = float(departure[-1])
+                done = self._serialize_fast(to_ps(times), nbytes, self.rate_bps, count)
+                self._free_ps = float(done[-1])
+                departure = done / _PS
             release = departure + fixed
             if not self.reorder:
                 release = np.maximum(release, self._last_release)
@@ -596,8 +630,9 @@ class LinkEmulator:
                 state,
                 release,
                 nsum,
-                self._free_at,
+                self._free_ps,
                 self._last_release,
+                count,
             )
             return release
         sizes = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), times.shape)
@@ -611,11 +646,14 @@ class LinkEmulator:
         kept = self._uniform.take(len(times)) >= self.loss if self.loss > 0 else slice(None)
         delay = self.delay.delays(times)[kept]
         t, size = times[kept], sizes[kept]
+        per = None if count is None else np.asarray(count, dtype=np.float64)[kept]
         self.packets += len(times)
         self.dropped += len(times) - len(t)
         if len(t) == 0:
             return release
-        departure = self._serialize(t, size) if self.cross is None else self._among_cross(t, size)
+        departure = (
+            self._serialize(t, size, per) if self.cross is None else self._among_cross(t, size, per)
+        )
         queued = ~np.isnan(departure)  # not tail-dropped
         self.overflows += int((~queued).sum())
         self.dropped += int((~queued).sum())
@@ -631,96 +669,109 @@ class LinkEmulator:
         release[idx] = out
         return release
 
-    def _among_cross(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+    def _among_cross(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
         """`_serialize` with the cross traffic that arrived up to our last packet merged in,
         in time order (cross traffic first on a tie): our packets' departures."""
         ct, cs = self.cross.arrivals(float(t[-1]))
         if not ct.size:
-            return self._serialize(t, size)
+            return self._serialize(t, size, count)
         order = np.argsort(np.concatenate([ct, t]), kind="stable")
         ours = order >= ct.size
+        if count is not None:
+            count = np.concatenate([np.ones(ct.size), count])[order]
         departure = self._serialize(
-            np.concatenate([ct, t])[order], np.concatenate([cs, size])[order]
+            np.concatenate([ct, t])[order], np.concatenate([cs, size])[order], count
         )
         self.cross_packets += ct.size
         self.cross_dropped += int(np.isnan(departure[~ours]).sum())
         return departure[ours]
 
-    def _serialize(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """Departure times through the queue (NaN: tail-dropped)."""
+    def _serialize(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
+        """Departure times through the queue, in seconds (NaN: tail-dropped)."""
         if self.rate_bps is None:
             return t
-        t = on_grid(t)
+        t_ps = to_ps(t)
         share = 1.0
         if self.capacity is not None:
             share = self.capacity.constant_over(float(t[0]), float(t[-1]) + self._busy_span(t))
         if share is not None:
-            departure = self._serialize_fast(t, size, self.rate_bps * share)
-            if self.buffer_bytes is None or not self._overflows(t, size, departure):
-                self._remember(float(t[-1]), departure, size)
-                return departure
-        return self._serialize_loop(t, size)
+            done = self._serialize_fast(t_ps, size, self.rate_bps * share, count)
+            if self.buffer_bytes is None or not self._overflows(t_ps, size, done):
+                self._remember(float(t_ps[-1]), done, size)
+                return done / _PS
+        return self._serialize_loop(t_ps, size, count) / _PS
 
     def _busy_span(self, t: np.ndarray) -> float:
         """How far past the last arrival the queue may still be busy (for the capacity
         check): at least what is queued already."""
-        return max(self._free_at - float(t[-1]), 0.0) + 1e-3
+        return max(self._free_ps / _PS - float(t[-1]), 0.0) + 1e-3
 
-    def _serialize_fast(self, t: np.ndarray, size: np.ndarray, rate: float) -> np.ndarray:
+    def _serialize_fast(
+        self, t: np.ndarray, size: np.ndarray, rate: float, count=None
+    ) -> np.ndarray:
         """``d_k = max(t_k, d_{k-1}) + s_k`` at a constant rate, vectorized: it unrolls to
         ``d_k = S_k + max(free_at, max_{j<=k} (t_j - S_{j-1}))`` with ``S`` the running sum of
         service times ``s = 8 * size / rate``: a running maximum instead of a Python loop.
-        ``t`` is on the time grid (`on_grid`), so this is exactly the loop's arithmetic."""
-        service = on_grid(size * 8 / rate)
+        Times in picoseconds (`to_ps`), whole numbers: this is exactly the loop's arithmetic."""
+        service = _service_ps(size, rate, count)
         done = np.cumsum(service)
-        start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_at)
+        start = np.maximum(np.maximum.accumulate(t - (done - service)), self._free_ps)
         return done + start
 
     def _overflows(self, t: np.ndarray, size: np.ndarray, departure: np.ndarray) -> bool:
-        """Whether any packet finds the buffer too full for it (vectorized check)."""
+        """Whether any packet finds the buffer too full for it (vectorized check). A packet
+        that arrives in the very picosecond another's transmission ends finds it still
+        there (`_serialize_loop`)."""
         cum = np.concatenate([[0.0], np.cumsum(size)])
         i = np.arange(t.size)
-        first = np.minimum(np.searchsorted(departure, t, side="right"), i)
+        first = np.minimum(np.searchsorted(departure, t, side="left"), i)
         backlog = cum[i] - cum[first]  # this batch's packets still queued at t_i
         if self._q_dep.size:
             qcum = np.concatenate([[0.0], np.cumsum(self._q_size)])
-            backlog += qcum[-1] - qcum[np.searchsorted(self._q_dep, t, side="right")]
+            backlog += qcum[-1] - qcum[np.searchsorted(self._q_dep, t, side="left")]
         return bool(np.any(backlog + size > self.buffer_bytes))
 
     def _remember(self, last_arrival: float, departure: np.ndarray, size: np.ndarray) -> None:
-        self._free_at = float(departure[-1])
+        self._free_ps = float(departure[-1])
         if self.buffer_bytes is None:
             return
         dep = np.concatenate([self._q_dep, departure])
         sz = np.concatenate([self._q_size, size])
-        keep = dep > last_arrival  # a later packet arrives no earlier: the rest has left
+        keep = dep >= last_arrival  # a later packet arrives no earlier: the rest has left
         self._q_dep, self._q_size = dep[keep], sz[keep]
 
-    def _serialize_loop(self, t: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """One packet at a time: a buffer that overflows, or a rate that changes."""
+    def _serialize_loop(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
+        """One packet at a time: a buffer that overflows, or a rate that changes (times in
+        picoseconds)."""
         rate = self.rate_bps
-        share = (self.capacity.share(t) if self.capacity is not None else np.ones(t.size)).tolist()
+        share = (
+            self.capacity.share(t / _PS) if self.capacity is not None else np.ones(t.size)
+        ).tolist()
         q_dep, q_size = self._q_dep.tolist(), self._q_size.tolist()
         head = 0
         backlog = sum(q_size)
         limit = math.inf if self.buffer_bytes is None else self.buffer_bytes
-        free = self._free_at
+        free = self._free_ps
         out = np.full(t.size, np.nan)
-        for k, (tk, sk) in enumerate(zip(t.tolist(), size.tolist(), strict=True)):
-            while head < len(q_dep) and q_dep[head] <= tk:
+        copies = [1.0] * t.size if count is None else count.tolist()
+        for k, (tk, sk, n) in enumerate(zip(t.tolist(), size.tolist(), copies, strict=True)):
+            # a transmission ending in the very picosecond of an arrival still holds its
+            # place: the arrival comes first, as in ns-3, where it was scheduled (one link
+            # delay before) ahead of the end of the transmission (one service time before)
+            while head < len(q_dep) and q_dep[head] < tk:
                 backlog -= q_size[head]
                 head += 1
             if backlog + sk > limit:
                 continue  # tail drop
             start = max(tk, free)
             if self.capacity is not None and start > tk:
-                share[k] = float(self.capacity.share(np.array([start]))[0])
-            free = start + math.ceil(sk * 8 / (rate * share[k]) * _GRID) / _GRID
+                share[k] = float(self.capacity.share(np.array([start / _PS]))[0])
+            free = start + n * round(sk / n * 8 / (rate * share[k]) * _PS)
             out[k] = free
             q_dep.append(free)
             q_size.append(sk)
             backlog += sk
-        self._free_at = free
+        self._free_ps = free
         self._q_dep = np.array(q_dep[head:])
         self._q_size = np.array(q_size[head:])
         return out

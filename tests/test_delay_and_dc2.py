@@ -16,7 +16,11 @@ def test_emulated_delay_shows_in_rtt_samples(harness_factory):
 
     def work(w):
         path = EmulatedPath.from_profile("constant", seed=1, worker_id=w, delay_s=0.004)
-        with Worker(h.config(w), link=path, rtt_listener=samples[w].append) as worker:
+
+        def listen(rtt, _times):
+            samples[w].append(rtt)
+
+        with Worker(h.config(w), link=path, rtt_listener=listen) as worker:
             return worker.allreduce(np.ones(2000, np.float32))
 
     for out in h.run(work).values():

@@ -393,14 +393,14 @@ def test_cross_traffic_gives_the_same_releases_in_one_batch_and_one_by_one(tmp_p
     assert batched.cross_dropped == single.cross_dropped > 0
 
 
-def test_the_serializer_rounds_times_up_to_its_grid_and_is_exact_for_any_batching():
-    from ina.netem import on_grid
+def test_the_serializer_counts_whole_picoseconds_and_is_exact_for_any_batching():
+    from ina.netem import to_ps
 
     rng = np.random.default_rng(4)
     times = np.cumsum(rng.exponential(3e-7, 4000)) + 1e-3 / 3  # off the grid, busy periods
     sizes = rng.integers(64, 1500, 4000).astype(np.float64)
-    assert (on_grid(times) >= times).all() and (on_grid(times) - times < 1e-12).all()
-    assert (on_grid(on_grid(times)) == on_grid(times)).all()
+    assert (np.abs(to_ps(times) / 1e12 - times) <= 0.5e-12).all()
+    assert (to_ps(to_ps(times) / 1e12) == to_ps(times)).all()
     runs = []
     for batch in (1, 7, 4000):
         link = LinkEmulator(rate_bps=25e9)
@@ -414,4 +414,7 @@ def test_the_serializer_rounds_times_up_to_its_grid_and_is_exact_for_any_batchin
         )
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(runs[0], runs[2])
-    assert (runs[0] - times >= sizes * 8 / 25e9).all()  # never faster than the rate
+    # a decimal rate's service times are whole picoseconds: 320 ps a byte at 25 Gbit/s
+    assert (to_ps(runs[0]) - to_ps(times) >= sizes * 320).all()
+    busy = np.diff(runs[0]) > 0
+    assert (to_ps(runs[0])[1:][busy] - to_ps(runs[0])[:-1][busy] >= sizes[1:][busy] * 320).all()

@@ -54,7 +54,7 @@ def test_offered_load_above_the_rate_queues_then_overflows_into_drops_and_retran
     ws = workers_for(net)
     x = [np.ones(64 * 256, np.float32) * (w + 1) for w in range(4)]
     samples: list[np.ndarray] = []
-    net.workers[0].core.rtt_listener = samples.append
+    net.workers[0].core.rtt_listener = lambda rtt, _t: samples.append(rtt)
     net.run([ws[w].allreduce_steps(x[w]) for w in range(4)])
     rtt = np.concatenate(samples)
     base = 2 * (1e-6 + FRAME * 8 / 1e9) + 1e-6
@@ -134,6 +134,7 @@ def test_lookahead_batching_changes_no_result_even_under_tail_drop(monkeypatch):
         net = build(*args)
         for node in [*net.workers, net.switch]:
             node.lookahead = 1e-9
+            node.run_ahead = False
         return net
 
     monkeypatch.setattr(sim_allreduce, "build", one_per_event)
@@ -145,6 +146,31 @@ def test_lookahead_batching_changes_no_result_even_under_tail_drop(monkeypatch):
     assert batched["call_seconds"] == single["call_seconds"]  # to the bit
     # (the mean queueing delay sums floats in another order)
     assert batched["queue_delay_up_s"] == pytest.approx(single["queue_delay_up_s"], rel=1e-12)
+
+
+def test_switch_run_ahead_changes_no_result_under_loss(monkeypatch):
+    """The switch's channel clocks (a round trip of arrivals per event) against exactly its
+    lookahead per event, with loss on every link: the workers' retransmission timers fire
+    at the same instants, so their packets meet at the switch at equal times, and are taken
+    by input port whatever the batching (they used to go in event order)."""
+    lossy = LinkSpec(rate_bps=10e9, loss=0.01)
+    # (a case where taking ties in event order made the two differ)
+    s = spec(up=lossy, down=lossy, rto_s=1e-3, min_rto_s=200e-6)
+    ahead = run(s, size=100_000, iters=2)
+
+    def held_back(*args):
+        net = build(*args)
+        net.switch.run_ahead = False
+        return net
+
+    monkeypatch.setattr(sim_allreduce, "build", held_back)
+    held = run(s, size=100_000, iters=2)
+    assert ahead["events"] < held["events"] and ahead["retransmissions"] > 0
+    for key in ("call_seconds", "counters", "packets_sent_per_worker", "retransmissions"):
+        assert ahead[key] == held[key]
+    # queueing delays are summed packet by packet: equal to the bit too
+    assert ahead["queue_delay_up_s"] == held["queue_delay_up_s"]
+    assert ahead["queue_delay_down_s"] == held["queue_delay_down_s"]
 
 
 def test_lookahead_batching_changes_no_result_with_cross_traffic_in_the_fifos(

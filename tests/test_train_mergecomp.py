@@ -68,6 +68,7 @@ def test_wall_clock_training_follows_the_partition_the_ranks_searched(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.count("MergeComp's partition") == 1
+    assert "compressor qsgd" in r.stdout and "compression dense" not in r.stdout
     summary = json.loads((out / "summary.json").read_text())
     plan = summary["mergecomp"]
     check_partition_covers_the_model(plan, "digits")

@@ -144,7 +144,7 @@ def test_karn_samples_only_chunks_never_retransmitted_at_their_own_arrival_times
     wire.reduce_all([np.zeros(4, np.int32)] * 2)  # join first
     samples: list[list[np.ndarray]] = [[], []]
     for c, mine in zip(wire.cores, samples, strict=True):
-        c.rtt_listener = mine.append
+        c.rtt_listener = lambda rtt, _t, mine=mine: mine.append(rtt)
     core0, core1 = wire.cores
     t0 = wire.now
     for c in wire.cores:
@@ -171,10 +171,12 @@ def test_karn_samples_only_chunks_never_retransmitted_at_their_own_arrival_times
     hdr = reply[:, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
     hdr["flags"] = Flag.RESULT
     reply[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(2, HEADER_BYTES)
-    got: list[np.ndarray] = []
-    core.rtt_listener = got.append
+    got: list[tuple[np.ndarray, np.ndarray]] = []
+    core.rtt_listener = lambda rtt, t: got.append((rtt, t))
     core.receive(reply, np.full(2, core.pb), np.array([10.002, 10.005]))
-    np.testing.assert_allclose(np.concatenate(got), [0.002, 0.005])
+    ((rtt, when),) = got
+    np.testing.assert_allclose(rtt, [0.002, 0.005])
+    np.testing.assert_array_equal(when, [10.002, 10.005])  # each sample's own arrival
     assert core.idle and core.finished_at == pytest.approx(10.005)
 
 

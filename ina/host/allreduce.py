@@ -111,10 +111,10 @@ class Worker:
             ladder = ladder or index_to_density
             listener = rtt_listener
 
-            def rtt_listener(rtt: np.ndarray) -> None:
-                controller.observe(rtt, self.clock())
+            def rtt_listener(rtt: np.ndarray, times: np.ndarray) -> None:
+                controller.observe(rtt, times)  # each sample at its own arrival time
                 if listener is not None:
-                    listener(rtt)
+                    listener(rtt, times)
 
         if transport is None:
             transport = Transport(cfg, rtt_listener=rtt_listener, link=link)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ina.host.arrays import Array, ops
 from ina.protocol import EXP_BIAS, EXP_MAX, EXP_MIN, EXP_ZERO
 
@@ -38,23 +40,39 @@ def check_finite(x: Array) -> None:
         raise ValueError(f"allreduce input has a non-finite value ({float(flat[i])}) at index {i}")
 
 
-def _blocks(xp, x: Array, block: int) -> Array:
-    """Flat ``x`` as float64, zero-padded to whole blocks, shape (blocks, block); ``x`` itself
-    (not a copy) if it is float64 and fills its blocks: callers never write to it."""
+def _blocks(xp, x: Array, block: int, dtype=None) -> Array:
+    """Flat ``x`` as float64 (or ``dtype``), zero-padded to whole blocks, shape (blocks,
+    block); ``x`` itself (not a copy) if it has that type and fills its blocks: callers never
+    write to it."""
+    dtype = xp.float64 if dtype is None else dtype
     n = xp.size(x)
     nblocks = -(-n // block)
     if nblocks * block == n:
-        return xp.astype(x.reshape(nblocks, block), xp.float64)
-    padded = xp.zeros(nblocks * block, xp.float64)
+        return xp.astype(x.reshape(nblocks, block), dtype)
+    padded = xp.zeros(nblocks * block, dtype)
     padded[:n] = x.reshape(-1)
     return padded.reshape(nblocks, block)
+
+
+def _own_numpy(blocks: Array, x: Array) -> bool:
+    """Whether ``blocks`` (from `_blocks`) is a numpy array of its own, not ``x``'s memory."""
+    return isinstance(blocks, np.ndarray) and not np.may_share_memory(blocks, x)
+
+
+def _is_float(x: Array) -> bool:
+    dtype = x.dtype
+    floating = getattr(dtype, "is_floating_point", None)  # a torch dtype
+    return floating if floating is not None else dtype.kind == "f"
 
 
 def block_exponents(x: Array, block: int) -> Array:
     """Biased exponent of each block of ``block`` values of flat ``x`` (int32, EXP_ZERO for an
     all-zero block). The last block may be short."""
     xp = ops(x)
-    peak = xp.amax(xp.abs(_blocks(xp, x, block)), 1)
+    # |x| and the maximum are exact in x's own float type, and so is widening the peaks to
+    # float64: the same peaks as in float64, without widening every value first
+    native = x.dtype if _is_float(x) else None
+    peak = xp.astype(xp.amax(xp.abs(_blocks(xp, x, block, native)), 1), xp.float64)
     # peak = m * 2**e with 0.5 <= m < 1, so |x| < 2**e
     e = xp.clip(xp.frexp_exponent(peak), EXP_MIN, EXP_MAX) + EXP_BIAS
     return xp.astype(xp.where(peak > 0, e, EXP_ZERO), xp.int32)
@@ -80,8 +98,11 @@ def encode(x: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(x)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
-    scaled = _blocks(xp, x, block) * _pow2(shifts.reshape(-1, 1))
-    return xp.astype(xp.rint(scaled), xp.int32).reshape(-1)[: xp.size(x)]
+    blocks, scale = _blocks(xp, x, block), _pow2(shifts.reshape(-1, 1))
+    if _own_numpy(blocks, x):  # a fresh array: scale and round it in place (no temporaries)
+        np.rint(np.multiply(blocks, scale, out=blocks), out=blocks)
+        return blocks.astype(np.int32).reshape(-1)[: x.size]
+    return xp.astype(xp.rint(blocks * scale), xp.int32).reshape(-1)[: xp.size(x)]
 
 
 def decode(v: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
@@ -89,8 +110,10 @@ def decode(v: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(v)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
-    out = _blocks(xp, v, block) * _pow2(-shifts.reshape(-1, 1))
-    return out.reshape(-1)[: xp.size(v)]
+    blocks, scale = _blocks(xp, v, block), _pow2(-shifts.reshape(-1, 1))
+    if _own_numpy(blocks, v):
+        return np.multiply(blocks, scale, out=blocks).reshape(-1)[: v.size]
+    return (blocks * scale).reshape(-1)[: xp.size(v)]
 
 
 def error_bound(biased_exps: Array, block: int, num_workers: int, n: int) -> Array:

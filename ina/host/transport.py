@@ -48,7 +48,7 @@ class Transport:
     def __init__(
         self,
         cfg: WorkerConfig,
-        rtt_listener: Callable[[np.ndarray], None] | None = None,
+        rtt_listener: Callable[[np.ndarray, np.ndarray], None] | None = None,
         link=None,
     ) -> None:
         self.cfg = cfg

@@ -444,15 +444,17 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     for h, nodes in enumerate(host_nodes):
         if len(nodes) == 1:  # a host of its own: its link hands packets straight over
             ((job_id, node),) = nodes.items()
-            node.uplink = Link(ups[h], switch.arrive)
+            node.uplink = Link(ups[h], switch.input_port())
+            switch.inputs.append(node.uplink)
             switch.ports[(job_id, node.core.cfg.worker_id)] = Link(downs[h], node.deliver)
             continue
         # a shared host: its workers' packets enter its uplink in time order, and what comes
         # down its link goes to the worker of the packet's job
-        uplink = OrderedLink(engine, ups[h], switch.arrive)
+        uplink = OrderedLink(engine, ups[h], switch.input_port())
+        switch.inputs.append(uplink)
         downlink = Link(downs[h], _by_job(nodes))
-        for job_id, node in nodes.items():
-            node.uplink = uplink
+        for port, (job_id, node) in enumerate(nodes.items()):
+            node.uplink, node.port = uplink, port
             switch.ports[(job_id, node.core.cfg.worker_id)] = downlink
     return SimNetwork(spec, engine, pipeline, switch, workers, job_of)
 
@@ -625,12 +627,15 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             if lower not in nodes:  # a host that is not a worker
                 continue
             node = nodes[lower]
-            node.uplink = Link(up, switches[upper].arrive)
+            node.uplink = Link(up, switches[upper].input_port())
+            switches[upper].inputs.append(node.uplink)
             switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
         else:
             child = fabric.contributors(upper).index(lower)
-            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].arrive)
-            switches[upper].ports[(job, child)] = Link(down, switches[lower].arrive)
+            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].input_port())
+            switches[upper].inputs.append(switches[lower].ports[(job, PARENT)])
+            switches[upper].ports[(job, child)] = Link(down, switches[lower].input_port())
+            switches[lower].inputs.append(switches[upper].ports[(job, child)])
     top = fabric.root
     workers = [nodes[h] for h in fabric.workers]
     return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)

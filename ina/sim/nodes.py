@@ -62,40 +62,92 @@ _FLAGS_FIELD = HEADER_DTYPE.fields["flags"][1]  # the flags' byte offset in the 
 
 
 class _Inbox:
-    """Packets on their way into a node, each with its arrival time."""
+    """Packets on their way into a node, each with its arrival time and the port (input
+    link) it came in on.
+
+    Packets are taken in time order; packets of the same time in the order of their ports,
+    and of one port in the order the port delivered them (its FIFO order). That order is a
+    property of the packets alone, not of when (in which event) each port handed its packets
+    over, so the simulator may batch arrivals as it likes without changing any result."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         self._times: list[np.ndarray] = []
         self._data: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
+        self._ports: list[int | np.ndarray] = []  # each part's port, or one per packet
         self.first = math.inf  # the earliest arrival held
 
-    def add(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+    def add(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray, port: int = 0) -> None:
+        """Packets that came in on ``port``, in the order the port delivered them."""
         self._times.append(times)
         self._data.append(data)
         self._lengths.append(lengths)
+        self._ports.append(port)
         self.first = min(self.first, float(times.min()))
 
+    def _in_order(self) -> bool:
+        """Whether the parts, one after another, are already in the order to take them."""
+        times, ports = self._times, self._ports
+        for i in range(1, len(times)):
+            t0, t1 = times[i - 1][-1], times[i][0]
+            if t1 < t0:
+                return False
+            if t1 == t0:  # a tie across parts: the lower port first
+                p0, p1 = ports[i - 1], ports[i]
+                if (p0 if isinstance(p0, int) else p0[-1]) > (p1 if isinstance(p1, int) else p1[0]):
+                    return False
+        return True
+
     def take_before(self, horizon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every packet arriving before ``horizon``, in time order (ties: in order of
-        arrival at the inbox, which is deterministic)."""
-        if not self._times:
+        """Every packet arriving before ``horizon``, in order (see the class)."""
+        times = self._times
+        if not times:
             return np.zeros(0), np.zeros((0, self.width), np.uint8), np.zeros(0, np.int64)
-        if len(self._times) == 1:  # one link's delivery: already in time order
-            t, d, n = self._times[0], self._data[0], self._lengths[0]
-        else:
-            t = np.concatenate(self._times)
-            order = np.argsort(t, kind="stable")
-            t = t[order]
-            d = np.concatenate(self._data)[order]
-            n = np.concatenate(self._lengths)[order]
+        if self._in_order():
+            # Parts already in order one after another (one link's deliveries): take whole
+            # parts and cut one, copying only what is taken.
+            whole = 0
+            for part in times:
+                if part[-1] >= horizon:
+                    break
+                whole += 1
+            cut = 0 if whole == len(times) else int(np.searchsorted(times[whole], horizon))
+            out = []
+            for held in (times, self._data, self._lengths, self._ports):
+                got = held[:whole]
+                if cut:
+                    port = held[whole]
+                    if isinstance(port, int):  # (a port number, not a part to cut)
+                        got.append(port)
+                    else:
+                        got.append(held[whole][:cut])
+                        held[whole] = held[whole][cut:]
+                del held[:whole]
+                out.append(got)
+            self.first = float(times[0][0]) if times else math.inf
+            if not out[0]:
+                return np.zeros(0), np.zeros((0, self.width), np.uint8), np.zeros(0, np.int64)
+            if len(out[0]) == 1:
+                return out[0][0], out[1][0], out[2][0]
+            return np.concatenate(out[0]), np.concatenate(out[1]), np.concatenate(out[2])
+        t = np.concatenate(times)
+        ports = [
+            np.full(x.size, p) if isinstance(p, int) else p
+            for x, p in zip(times, self._ports, strict=True)
+        ]
+        p = np.concatenate(ports)
+        order = np.lexsort((p, t))  # stable: each port's own order within a tie
+        t, p = t[order], p[order]
+        d = np.concatenate(self._data)[order]
+        n = np.concatenate(self._lengths)[order]
         cut = int(np.searchsorted(t, horizon, side="left"))
         if cut < t.size:
             self._times, self._data, self._lengths = [t[cut:]], [d[cut:]], [n[cut:]]
+            self._ports = [p[cut:]]
             self.first = float(t[cut])
         else:
-            self._times, self._data, self._lengths = [], [], []
+            self._times, self._data, self._lengths, self._ports = [], [], [], []
             self.first = math.inf
         return t[:cut], d[:cut], n[:cut]
 
@@ -147,7 +199,8 @@ class Link:
     def mean_queue_delay(self) -> float:
         return self.queue_delay_sum / self.packets if self.packets else 0.0
 
-    def _queued(self, times: np.ndarray, frame: np.ndarray, release: np.ndarray) -> float:
+    def _queued(self, times: np.ndarray, frame: np.ndarray, release: np.ndarray) -> np.ndarray:
+        """The queueing delays above 0 of packets entering at ``times``, in order."""
         rate = self.emulator.rate_bps
         floor = self.emulator.delay.min_delay()
         last = _last_queued[0]  # a multicast's copies: the same arrays into identical links
@@ -160,13 +213,21 @@ class Link:
         ):
             return last[5]
         unloaded = floor + (0.0 if rate is None else frame * 8 / rate)
-        queued = float(np.maximum(release - times - unloaded, 0.0).sum())
+        queued = release - times - unloaded
+        queued = queued[queued > 0]
         _last_queued[0] = (times, frame, release, rate, floor, queued)
         return queued
 
-    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+    def _add_queued(self, queued: np.ndarray) -> None:
+        """Add to the sum one packet at a time, in the link's order (as the ns-3 backend's
+        `Ns3Link` does), so that the sum does not depend on how packets were batched."""
+        if queued.size:
+            total = np.add.accumulate(np.concatenate(([self.queue_delay_sum], queued)))
+            self.queue_delay_sum = float(total[-1])
+
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray, port: int = 0) -> None:
         """Packets ``data`` (rows, not to be written to again) enter the link at ``times``
-        (nondecreasing)."""
+        (nondecreasing); ``port``: which of a shared link's senders (`OrderedLink`)."""
         if not times.size:
             return
         last = _last_frame[0]
@@ -176,16 +237,16 @@ class Link:
             frame = lengths + FRAME_OVERHEAD  # what occupies the wire: the whole frame
             _last_frame[0] = (lengths, frame)
         release = self.emulator.admit_batch(times, frame)
-        ok = release == release  # not NaN: not dropped
-        if ok.all():
+        ok = None if self.emulator.lossless else release == release  # not NaN: not dropped
+        if ok is None or ok.all():
             self.packets += times.size
             self.bytes += int(frame.sum())
-            self.queue_delay_sum += self._queued(times, frame, release)
+            self._add_queued(self._queued(times, frame, release))
             self.deliver(release, data, lengths)
         elif ok.any():
             self.packets += int(ok.sum())
             self.bytes += int(frame[ok].sum())
-            self.queue_delay_sum += self._queued(times[ok], frame[ok], release[ok])
+            self._add_queued(self._queued(times[ok], frame[ok], release[ok]))
             self.deliver(release[ok], data[ok], lengths[ok])
 
 
@@ -212,10 +273,10 @@ class OrderedLink(Link):
         self._admitted = -math.inf  # the time of the last packet into the link
         self.late = 0
 
-    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray, port: int = 0) -> None:
         if times.size:
             self.late += int((times < self._admitted).sum())
-            self.inbox.add(times, data, lengths)
+            self.inbox.add(times, data, lengths, port)
             self._wake.request(self.inbox.first)
 
     def _run(self) -> None:
@@ -261,17 +322,48 @@ class SwitchNode:
         # (job_id, worker_id) -> downlink; on a leaf, (job_id, PARENT) -> the uplink to its
         # parent switch (hierarchical aggregation, `ina.sim.network`)
         self.ports: dict[tuple[int, int], Link] = {}
+        # the links into the switch, by port (`input_port`): their channel clocks let it
+        # take more than ``lookahead`` at once (`_horizon`)
+        self.inputs: list[Link] = []
+        self.run_ahead = True  # False: exactly ``lookahead`` per event (`ina.sim.allreduce.run`)
+        self._ports_in = 0
         self._wake = _Wakeup(engine, self._run)
         self._out = Outputs.allocate(256, pipeline.payload_bytes)
         self.batches = 0
         self.unroutable = 0
 
-    def arrive(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        self.inbox.add(times, data, lengths)
+    def arrive(
+        self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray, port: int = 0
+    ) -> None:
+        """Packets coming in on input ``port``, in its order."""
+        self.inbox.add(times, data, lengths, port)
         self._wake.request(self.inbox.first)
 
+    def input_port(self) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+        """The delivery function of a new input link: packets of the same time are taken
+        in the order of their links' ports."""
+        port = self._ports_in
+        self._ports_in += 1
+        return lambda times, data, lengths: self.arrive(times, data, lengths, port)
+
+    def _horizon(self) -> float:
+        """Every packet arriving before this time is in the inbox already.
+
+        Nothing not yet sent arrives sooner than ``now + lookahead``; and each input link is
+        FIFO, so nothing it has still to deliver arrives before the last packet it delivered
+        (its channel clock, as in conservative parallel simulation). The earliest of those
+        clocks bounds every input at once: while the workers are busy it lies about a round
+        trip ahead, where ``lookahead`` is one link's latency. Packets at exactly that time
+        stay for later: a link may still deliver another one at the same time."""
+        horizon = self.engine.now + self.lookahead
+        if self.run_ahead and self.inputs and len(self.inputs) == self._ports_in:
+            clock = min(link.emulator.released_until for link in self.inputs)
+            if clock > horizon:
+                return clock
+        return horizon
+
     def _run(self) -> None:
-        t, data, lengths = self.inbox.take_before(self.engine.now + self.lookahead)
+        t, data, lengths = self.inbox.take_before(self._horizon())
         if t.size:
             self._process(t, data, lengths)
         if self.inbox.first < math.inf:
@@ -279,10 +371,12 @@ class SwitchNode:
 
     def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         size = lengths + FRAME_OVERHEAD
+        count = None
         if self.weight != 1:  # contributions stand for `weight` each; a parent's results once
             result = (data[:, _FLAGS_FIELD] & int(Flag.RESULT)) != 0
-            size = np.where(result, size, size * self.weight)
-        done = self.queue.admit_batch(t, size) + self.latency
+            count = np.where(result, 1, self.weight)
+            size = size * count
+        done = self.queue.admit_batch(t, size, count) + self.latency
         if self._out.data.shape[0] < t.size:
             self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
         out = self._out
@@ -347,6 +441,12 @@ class WorkerNode:
         self.lookahead = lookahead
         self.codec_time = codec_time
         self.uplink: Link | None = None
+        self.port = 0  # which of its uplink's senders it is (a host shared by several jobs)
+        # Take every packet its link has delivered, up to its next timer or program step:
+        # its one input link is FIFO, so nothing can still arrive before them, and what it
+        # sends in reply cannot come back within ``lookahead`` anyway. (False: at most
+        # ``lookahead`` per event, `ina.sim.allreduce.run`.)
+        self.run_ahead = True
         self.inbox = _Inbox(core.pb + 1)
         self._wake = _Wakeup(engine, self._on_inbox)
         self._timer = _Wakeup(engine, self._on_timer)
@@ -432,9 +532,14 @@ class WorkerNode:
 
     def _on_inbox(self) -> None:
         now = self.engine.now
-        if self.core.deadline() <= now:
+        deadline = self.core.deadline()
+        if deadline <= now:
             self._tick(now)
-        horizon = min(now + self.lookahead, self.core.deadline(), self._resume_at)
+            deadline = self.core.deadline()
+        ahead = self.lookahead
+        if self.run_ahead:
+            ahead = max(ahead, self.core.least_timeout())
+        horizon = min(now + ahead, deadline, self._resume_at)
         t, data, lengths = self.inbox.take_before(max(horizon, now + 1e-12))
         if t.size:
             try:
@@ -485,7 +590,8 @@ class WorkerNode:
                 times = np.concatenate([times_of(rows, at) for _, rows, at in sends])
                 order = np.argsort(times, kind="stable")
                 data, times = data[order], times[order]
-            self.uplink.send(times, data, np.full(times.size, self.core.pb, np.int64))
+            lengths = np.full(times.size, self.core.pb, np.int64)
+            self.uplink.send(times, data, lengths, self.port)
         if self._in_round and self.core.idle:
             self._in_round = False
             done = max(self.core.finished_at, self.engine.now)

@@ -186,7 +186,7 @@ class Ns3Link:
         self.bytes = 0
         self.queue_delay_sum = 0.0  # seconds beyond an unloaded path, over delivered packets
 
-    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+    def send(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray, port: int = 0) -> None:
         if not times.size:
             return
         times = np.ascontiguousarray(times, dtype=np.float64)

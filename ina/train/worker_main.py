@@ -52,17 +52,17 @@ class StepBatch:
     step cost ~10 % of a compressed step. The monitor's vectorized update gives the same
     statistics as feeding the samples one at a time, so the decisions do not change."""
 
-    def __init__(self, controller, clock=time.monotonic) -> None:
+    def __init__(self, controller) -> None:
         self.controller = controller
-        self.clock = clock
         self._step = controller.step
         self._rtts: list[np.ndarray] = []
         self._times: list[np.ndarray] = []
 
-    def observe(self, rtt: np.ndarray) -> None:
+    def observe(self, rtt: np.ndarray, times: np.ndarray) -> None:
+        """Samples and their arrival times (the transport's ``rtt_listener``)."""
         rtt = np.asarray(rtt, np.float64).reshape(-1)
         self._rtts.append(rtt)
-        self._times.append(np.full(rtt.size, self.clock()))
+        self._times.append(np.broadcast_to(np.asarray(times, np.float64), rtt.shape))
 
     def step(self, now: float | None = None, agreed_index: int | None = None) -> int:
         if self._rtts:
@@ -140,7 +140,7 @@ def ina_worker(config: dict, cfg, link=None, transport=None, clock=time.monotoni
         from ina.control.dc2.laws import index_to_density
 
         controller = DC2Controller(config["law"], **config.get("law_params", {}))
-        batch = StepBatch(controller, clock)  # one monitor update per step, not per receive
+        batch = StepBatch(controller)  # one monitor update per step, not per receive
         kwargs["rtt_listener"] = batch.observe
         controller.step = batch.step
         kwargs["ladder"] = index_to_density
@@ -361,7 +361,12 @@ class Run:
         where = "gloo allreduce"
         if self.worker is not None:
             host, port = c["ina"]["switch"]
-            where = f"switch {host}:{port}, compression {c['compression']}"
+            method = (
+                f"compressor {c['compressor']}"
+                if c.get("compressor")
+                else f"compression {c['compression']}"
+            )
+            where = f"switch {host}:{port}, {method}"
         d = self.data
         print(
             f"training {self.workload.model} ({num_parameters(self.model):,} parameters) on "
