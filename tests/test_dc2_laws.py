@@ -19,6 +19,7 @@ from ina.control.dc2 import (
     DelayMonitor,
     DelayTargetLaw,
     FixedLevel,
+    OwnQueueLaw,
     index_to_density,
     level_to_index,
     make_law,
@@ -95,7 +96,12 @@ def test_max_of_indices_is_the_hardest_compression(densities):
 
 
 def test_registry():
-    assert LAWS == {"fixed": FixedLevel, "aimd": AIMDLaw, "target": DelayTargetLaw}
+    assert LAWS == {
+        "fixed": FixedLevel,
+        "aimd": AIMDLaw,
+        "target": DelayTargetLaw,
+        "ownq": OwnQueueLaw,
+    }
     law = make_law("aimd", decrease=0.7)
     assert isinstance(law, AIMDLaw) and law.decrease == 0.7 and law.name == "aimd"
     with pytest.raises(ValueError, match="known"):
@@ -111,6 +117,9 @@ def test_registry():
         ("target", {"deadband": -0.1}),
         ("target", {"target_s": 0.0}),
         ("fixed", {"density": 0.0}),
+        ("ownq", {"share": 0.0}),
+        ("ownq", {"share": 1.0}),
+        ("ownq", {"gain": 0.0}),
         ("aimd", {"min_density": 0.5, "initial": 0.1}),
     ],
 )
@@ -313,3 +322,114 @@ def test_controller_log_and_csv(tmp_path):
 def test_controller_rejects_params_with_a_law_instance():
     with pytest.raises(ValueError):
         DC2Controller(AIMDLaw(), decrease=0.7)
+
+
+# --- OwnQueueLaw: the job's own bytes against a shift of the path's delay -------------------
+
+COMPUTE = 0.001  # seconds of compute per step
+DENSE_CHUNKS = 100  # chunks of a dense step
+OWN_FULL = 0.004  # bottleneck service time of a dense step's chunks at the nominal rate, s
+
+
+def own_queue_loop(law, phases, lag=2, window=None, seed=0):
+    """A worker whose step computes for ``COMPUTE`` s, then sends ``max(2, ceil(100 d))``
+    chunks through a FIFO bottleneck serving one in ``OWN_FULL / 100 / capacity`` s, on top
+    of the path's delay ``BASE + shift``; at most ``window`` chunks in flight (None: all at
+    once, so they queue behind each other). ``phases``: ``(steps, capacity, shift)``. A level
+    takes effect ``lag`` steps after the decision (the switch's MAX of the proposals travels
+    with the next call). Returns the density of every step, and the controller."""
+    rng = np.random.default_rng(seed)
+    dc2 = DC2Controller(law, warmup_samples=0)
+    pending = [dc2.index] * lag
+    t, out = 0.0, []
+    for steps, capacity, shift in phases:
+        service = OWN_FULL / DENSE_CHUNKS / capacity
+        for _ in range(steps):
+            density = index_to_density(pending.pop(0))
+            n = max(2, math.ceil(DENSE_CHUNKS * density))
+            start = t + COMPUTE
+            sent, arrived, free = np.empty(n), np.empty(n), start
+            for i in range(n):
+                sent[i] = start if window is None or i < window else arrived[i - window]
+                free = max(sent[i], free) + service  # served in order, one at a time
+                arrived[i] = free + BASE + shift + rng.uniform(0, 1e-7)
+            dc2.observe(arrived - sent, now=arrived)
+            t = arrived.max()
+            pending.append(dc2.step(now=t))
+            out.append(density)
+    return np.array(out), dc2
+
+
+def test_monitor_round_statistics_cover_the_round_only():
+    mon = DelayMonitor()
+    mon.add(np.full(8, 0.010), now=0.01 + np.arange(8) * 1e-3)  # an earlier step, slow path
+    # this step: +2 ms on the path, results 0.1 ms apart, then a second round 5 ms later
+    times = 0.02 + np.array([0, 1, 2, 3, 4, 54, 55]) * 1e-4
+    mon.add(BASE + 0.002 + np.array([0, 1, 2, 3, 4, 0, 1]) * 1e-4, now=times)
+    s = mon.snapshot(since=8)
+    assert s.round_samples == 7
+    assert s.round_min == pytest.approx(BASE + 0.002)
+    assert s.round_p95 == pytest.approx(BASE + 0.002 + 3.7e-4)  # 0 0 1 1 2 3 4: 3.7
+    assert s.round_stream == pytest.approx(
+        5e-4
+    )  # 4 + 1 gaps of 0.1 ms; the 5 ms gap (> round_min) is not
+    assert mon.snapshot().round_samples == 0 and math.isnan(mon.snapshot().round_stream)
+    assert mon.snapshot(since=14).round_stream == 0.0  # one sample: no gap
+
+
+def test_a_path_delay_step_does_not_push_the_own_queue_law_to_the_floor():
+    """+2 ms on every sample (a longer route): no gap between results changes and the step
+    gets longer, so the level never falls; the absolute delay target of the first study
+    reads the same step as congestion and goes to its floor."""
+    phases = [(40, 1.0, 0.0), (60, 1.0, 0.002), (40, 1.0, 0.0)]
+    law = OwnQueueLaw(min_density=0.003)
+    levels, _ = own_queue_loop(law, phases)
+    settled = levels[30:40]
+    assert np.ptp(settled) == 0 and 0.02 < settled[0] < 1.0  # a level inside the ladder
+    assert levels[40:100].min() >= settled[0]  # the path step never compresses harder
+    assert levels[100:].min() >= 0.9 * settled[0]  # and after it: back inside the dead band
+    old, _ = own_queue_loop(DelayTargetLaw(target_s=0.0005, min_density=0.003), phases)
+    assert old[40:100].min() == pytest.approx(0.003, rel=0.02)  # the old signal: the floor
+
+
+def test_own_bytes_that_take_the_step_push_the_own_queue_law_to_the_floor():
+    """At 1/50 of the rate even the floor's two chunks take longer than the target: the law
+    goes to the floor, and back to dense when the rate returns."""
+    law = OwnQueueLaw(share=0.2, min_density=0.003)
+    phases = [(20, 1000.0, 0.0), (60, 0.02, 0.0), (30, 1000.0, 0.0)]
+    levels, _ = own_queue_loop(law, phases)
+    assert np.all(levels[:20] == 1.0)  # its bytes take no time: dense
+    assert np.all(levels[60:80] == pytest.approx(0.003, rel=0.02))
+    assert np.all(levels[100:] == 1.0)  # relaxes at up to 4x a step, back to dense in 10
+    assert all(a >= b for a, b in itertools.pairwise(levels[20:80]))  # only ever down
+
+
+def test_bytes_that_wait_for_the_window_count_as_much_as_bytes_that_queue():
+    """A window of 2 chunks (the path's bandwidth-delay product at 1/50 of the rate, as a
+    delay-based window settles): the RTTs' spread stays one service time while the bytes
+    wait for the window, and the law still goes to the floor."""
+    law = OwnQueueLaw(share=0.2, min_density=0.003)
+    levels, dc2 = own_queue_loop(law, [(60, 0.02, 0.0)], window=2)
+    assert np.all(levels[40:] == pytest.approx(0.003, rel=0.02))
+    service = OWN_FULL / DENSE_CHUNKS / 0.02
+    first = dc2.log[1]  # a dense step: 100 chunks, 2 in flight
+    assert first.round_p95 - first.round_min <= service * 1.01
+    assert first.round_stream == pytest.approx(99 * service, rel=0.01)
+
+
+def test_the_own_queue_law_settles_where_its_bytes_are_its_share_of_the_step():
+    """Service time proportional to the bytes, lag of two steps: a fixed point inside the
+    dead band, no limit cycle; at a quarter of the rate, about a quarter of the density."""
+    law = OwnQueueLaw(min_density=0.003)
+    levels, dc2 = own_queue_loop(law, [(40, 1.0, 0.0), (40, 0.25, 0.0)])
+    for end in (40, 80):
+        assert np.ptp(levels[end - 15 : end]) == 0.0
+        last, before = dc2.log[end - 1], dc2.log[end - 2]
+        own, step = last.round_stream, last.time - before.time
+        error = math.log(own / (step - own) / (law.share / (1 - law.share)))
+        assert abs(error) <= law.deadband + 1e-9  # the law's own error: inside the dead band
+    # The fixed point of q = share * (T0 + q), T0 = COMPUTE + BASE the step without its own
+    # bytes' time: d = share / (1 - share) * T0 / (OWN_FULL / capacity), within the dead band.
+    expected = law.share / (1 - law.share) * (COMPUTE + BASE) / OWN_FULL
+    assert levels[39] == pytest.approx(expected, rel=0.25)
+    assert levels[79] == pytest.approx(expected / 4, rel=0.25)

@@ -11,7 +11,15 @@ import sys
 import pytest
 
 from ina.experiments import cli
-from ina.experiments.dc2_sim import DC2_DEFAULT, analyse, goals, plan, resolve, run_job
+from ina.experiments.dc2_sim import (
+    DC2_DEFAULT,
+    analyse,
+    goals,
+    markdown,
+    plan,
+    resolve,
+    run_job,
+)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -35,9 +43,29 @@ def test_the_plan_runs_each_distinct_state_once(tmp_path):
     assert all("--target" not in j["argv"] and "40" in j["argv"] for j in states)
 
 
-def _row(scenario, config, t, steps, acc=0.96, state="", fraction=1.0, step_s=math.nan):
+def test_seeds_run_each_cell_once_per_seed_and_each_state_once(tmp_path):
+    args = parse("--scenarios", "quiet-dc,episodes", "--levels", "0.01", "--laws", "target",
+                 "--seed", "5", "--seeds", "3", "--out", str(tmp_path))  # fmt: skip
+    jobs = plan(args)
+    main = [j for j in jobs if not j["state"]]
+    assert len(main) == 2 * 3 * 3  # scenarios x (dense, 0.01, DC2) x seeds
+    for j in main:
+        assert j["argv"][j["argv"].index("--seed") + 1] == str(j["seed"])
+        assert j["dir"].endswith(f"seed-{j['seed']}")
+    assert sorted({j["seed"] for j in main}) == [5, 6, 7]
+    assert len({j["dir"] for j in main}) == len(main)
+    states = [j for j in jobs if j["state"]]
+    assert len(states) == 2 * 2 and all(j["seed"] == 5 for j in states)  # first seed only
+
+
+def test_bad_seed_count_is_a_one_line_error():
+    with pytest.raises(ValueError, match="--seeds must be >= 1"):
+        parse("--seeds", "0")
+
+
+def _row(scenario, config, t, steps, acc=0.96, state="", fraction=1.0, step_s=math.nan, seed=0):
     return {"workload": "mnist1d", "scenario": scenario, "state": state, "fraction": fraction,
-            "config": config, "metric": "test_acc", "steps": steps,
+            "config": config, "seed": seed, "metric": "test_acc", "steps": steps,
             "time_to_target_s": t, "reached": int(t != ""), "final_metric": acc,
             "kb_per_step": 1.0, "mean_density": 1.0, "step_s": step_s, "error": ""}  # fmt: skip
 
@@ -80,6 +108,52 @@ def test_analysis_and_goals_on_a_synthetic_table():
     )
 
 
+def test_seeds_are_averaged_before_regret_and_oracle():
+    """Regret and the oracle on the means over seeds; the spread is min-max; a seed that
+    missed the target leaves its method without a time (regret inf)."""
+    args = parse("--scenarios", "quiet-dc,episodes", "--levels", "0.01", "--laws", "target",
+                 "--seeds", "2")  # fmt: skip
+    law = DC2_DEFAULT["target"]
+    rows = [
+        # quiet-dc: dense 100 and 140 steps of 1 s (mean 120), 0.01 150 and 130 (mean 140):
+        # dense is the best fixed level on the means though 0.01 wins with seed 1
+        _row("quiet-dc", "dense", 100.0, 100, seed=0),
+        _row("quiet-dc", "dense", 140.0, 140, seed=1),
+        _row("quiet-dc", "fixed:0.01", 150.0, 150, seed=0),
+        _row("quiet-dc", "fixed:0.01", 130.0, 130, seed=1),
+        _row("quiet-dc", law, 126.0, 126, seed=0),
+        _row("quiet-dc", law, 150.0, 150, seed=1),
+        # episodes: the law misses the target with seed 1
+        _row("episodes", "dense", 190.0, 100, seed=0),
+        _row("episodes", "dense", 210.0, 110, seed=1),
+        _row("episodes", "fixed:0.01", 200.0, 150, seed=0),
+        _row("episodes", "fixed:0.01", 240.0, 170, seed=1),
+        _row("episodes", law, 140.0, 120, seed=0),
+        _row("episodes", law, "", 4000, seed=1),
+        _row("episodes", "dense", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "fixed:0.01", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "dense", "", 40, state="congested", fraction=0.5, step_s=10.0),
+        _row("episodes", "fixed:0.01", "", 40, state="congested", fraction=0.5, step_s=2.0),
+    ]
+    table = analyse(rows, args.config_list)["mnist1d"]
+    q, e = table["quiet-dc"], table["episodes"]
+    assert q["times"]["dense"] == pytest.approx(120.0)
+    assert (q["runs"]["dense"]["t_min"], q["runs"]["dense"]["t_max"]) == (100.0, 140.0)
+    assert q["best_fixed"] == "dense"
+    assert q["regret"]["fixed:0.01"] == pytest.approx(140 / 120)
+    assert q["regret"][law] == pytest.approx(138 / 120)
+    assert q["oracle_s"] == pytest.approx(120.0)  # steady: the best fixed level's mean
+    # the oracle on the mean steps: dense 105, 0.01 160; quiet 1 s any level, congested
+    # dense 10 s, 0.01 2 s: 1 / (0.5 / 105 + 0.5 / 320)
+    assert e["oracle_s"] == pytest.approx(1 / (0.5 / 105 + 0.5 / 320))
+    assert e["oracle_levels"] == {"quiet": "dense", "congested": "fixed:0.01"}
+    assert math.isnan(e["times"][law]) and math.isinf(e["regret"][law])
+    assert e["runs"][law]["reached"] == 0 and e["runs"][law]["seeds"] == [0, 1]
+    md = markdown({"mnist1d": table}, goals({"mnist1d": table}, args.config_list),
+                  args.config_list, argparse.Namespace(**{**vars(args), "command": "x"}), 60.0)  # fmt: skip
+    assert "seeds 0-1" in md and "120.000 s [100.000-140.000] (1.00x)" in md
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -100,11 +174,12 @@ def test_bad_options_are_one_line_errors(argv, message):
 
 @pytest.mark.parametrize(("workload", "target"), [("mnist1d", "0.5"), ("pytext", "4.0")])
 def test_a_tiny_run_per_workload_reaches_a_low_target_deterministically(tmp_path, workload, target):
-    """DC2 on short congestion episodes (it changes level): twice the same simulated run."""
+    """DC2 (the default law) on short congestion episodes (it changes level): twice the same
+    simulated run."""
     args = parse("--workloads", workload, "--scenarios", "episodes-short", "--levels", "0.01",
-                 "--laws", "target", "--targets", f"{workload}={target}", "--eval-every", "10",
+                 "--laws", "ownq", "--targets", f"{workload}={target}", "--eval-every", "10",
                  "--max-steps", "300", "--out", str(tmp_path))  # fmt: skip
-    job = next(j for j in plan(args) if j["config"] == DC2_DEFAULT["target"] and not j["state"])
+    job = next(j for j in plan(args) if j["config"] == DC2_DEFAULT["ownq"] and not j["state"])
     rows = [run_job({**job, "dir": str(tmp_path / str(i))}) for i in range(2)]
     for r in rows:
         assert r["error"] == "", r["error"]

@@ -72,3 +72,13 @@ def test_worst_regret_and_oracle_capture():
     assert oracle_capture(130, math.inf, 100) == 0.0
     assert math.isnan(oracle_capture(100, 90, 100))  # the oracle gains nothing
     assert math.isnan(oracle_capture(1.1, 1.2, 1.1 * (1 - 1e-15)))  # ... up to rounding
+
+
+def test_over_seeds_is_the_mean_with_its_spread_and_nothing_if_a_seed_missed():
+    from ina.experiments.regret import over_seeds
+
+    assert over_seeds([0.5, 0.7, 0.6]) == pytest.approx((0.6, 0.5, 0.7))
+    assert over_seeds([2.0]) == (2.0, 2.0, 2.0)
+    for missed in (math.nan, math.inf):
+        assert all(math.isnan(x) for x in over_seeds([0.5, missed, 0.6]))
+    assert all(math.isnan(x) for x in over_seeds([]))

@@ -16,14 +16,20 @@ method trains the same model from the same seed:
   in that state (``--timing-steps``) in a time-varying one.
 
 Every run stops at the workload's target (evaluated every ``--eval-every`` steps). Results:
-time to target in simulated seconds, the metric there, bytes sent. The runs are independent
-and deterministic, so they go in parallel over local processes or a Dask cluster
-(`ina.experiments.sweep.run_sweep`).
+time to target in simulated seconds, the metric there, bytes sent. With ``--seeds N`` each
+cell runs from the training seeds ``SEED ... SEED+N-1`` (data order and initialization; the
+network's random streams follow ``--seed`` as in `ina train --sim`): its time to target is the
+mean over the seeds, with the min-max spread, and regret and the oracle are computed on the
+means (`ina.experiments.regret.over_seeds`). The state runs of the oracle run once, from
+``SEED``: a fixed level's seconds per step in a held state do not depend on the data. The
+runs are independent and deterministic, so they go in parallel over local processes or a
+Dask cluster (`ina.experiments.sweep.run_sweep`).
 
 Outputs in ``--out`` (default ``runs/dc2-sim``): each run's ``ina train`` files
-(``WORKLOAD/SCENARIO/METHOD/``, state runs under ``state-STATE/``), ``results.csv`` (one row
-per run), ``summary.md`` (tables, regret, oracle, goals met or not, the command) and the plots
-``dc2sim_accuracy_WORKLOAD.png``, ``dc2sim_level.png``, ``dc2sim_regret.png``.
+(``WORKLOAD/SCENARIO/METHOD/``, with ``seed-S/`` below it when ``--seeds`` > 1, state runs
+under ``state-STATE/``), ``results.csv`` (one row per run), ``summary.md`` (tables, regret,
+oracle, goals met or not, the command) and the plots ``dc2sim_accuracy_WORKLOAD.png``,
+``dc2sim_level.png``, ``dc2sim_regret.png``.
 """
 
 from __future__ import annotations
@@ -52,9 +58,11 @@ from ina.experiments.dc2 import Config, output_to, parse_configs
 # on the target (a first try with the law's gain 0.5 and 2x steps took 4-5 steps, 15-20 ms,
 # to come down at the start of an episode and as long to come back up after it).
 DC2_DEFAULT = {
+    "ownq": "ownq:share=0.4:min_density=0.003:gain=0.5:max_step=1.386",
     "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
     "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
 }
+DEFAULT_LAWS = "ownq,aimd"  # "target": the first study's law, kept to reproduce its tables
 LADDER = (0.3, 0.1, 0.03, 0.01, 0.003)
 WORKLOADS = {"mnist1d": "mnist1d", "pytext": "pytext"}
 
@@ -97,8 +105,9 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--levels", help="fixed densities (dense always runs)")
     g.add_argument(
         "--laws",
-        default=",".join(DC2_DEFAULT),
-        help="DC2 laws, each with its one default configuration (DC2_DEFAULT)",
+        default=DEFAULT_LAWS,
+        help=f"DC2 laws, each with its one default configuration (DC2_DEFAULT; default "
+        f"{DEFAULT_LAWS}; known: {', '.join(DC2_DEFAULT)})",
     )
     g.add_argument(
         "--targets",
@@ -106,6 +115,14 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         metavar="WORKLOAD=VALUE,...",
         help="targets other than the workloads' own (mnist1d 0.96 accuracy, pytext 2.3 bits "
         "per character)",
+    )
+    g.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="training seeds per cell, SEED ... SEED+N-1 (time to target: their mean, with "
+        "the min-max spread; regret and the oracle on the means)",
     )
     g.add_argument(
         "--timing-steps",
@@ -151,6 +168,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.config_list = parse_configs(
         ",".join(["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT[x] for x in laws)])
     )
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    args.seed_list = list(range(args.seed, args.seed + args.seeds))
     if args.timing_steps < 5:
         raise ValueError("--timing-steps must be >= 5 (2 warm-up steps are left out)")
     args.out = args.out or "runs/dc2-sim"
@@ -185,7 +205,7 @@ def run_job(job: dict) -> dict:
     argv = job["argv"] + ["--out", str(where)]
     (where / "argv.json").write_text(json.dumps({**job, "argv": argv}))
     t0 = time.perf_counter()
-    row = {k: job[k] for k in ("workload", "scenario", "state", "config", "fraction")}
+    row = {k: job[k] for k in ("workload", "scenario", "state", "config", "fraction", "seed")}
     try:
         with output_to(where / "train.log"):
             targs = parser.parse_args(argv)
@@ -237,9 +257,9 @@ def _read_steps(where: Path) -> list[dict]:
 # ---- the plan -------------------------------------------------------------------------------
 
 
-def _argv(args, workload: str, cfg: Config, target: bool, max_steps: int) -> list[str]:
+def _argv(args, workload: str, cfg: Config, target: bool, max_steps: int, seed: int) -> list[str]:
     argv = [
-        "--sim", "--dataset", workload, "--scenario", "{scenario}", "--seed", str(args.seed),
+        "--sim", "--dataset", workload, "--scenario", "{scenario}", "--seed", str(seed),
         "--lanes", str(args.lanes), "--pool", str(args.pool), "--coding", args.coding,
         "--epochs", "1000", "--max-steps", str(max_steps), "--step-log", "--no-progress",
         *cfg.train_args(),
@@ -251,22 +271,33 @@ def _argv(args, workload: str, cfg: Config, target: bool, max_steps: int) -> lis
     return argv
 
 
+def run_dir(out: Path | str, workload: str, scenario: str, cfg: Config, seed: int, seeds: int):
+    """Where one run to target writes: a ``seed-S`` folder per seed when there are several."""
+    base = Path(out) / workload / scenario / cfg.slug
+    return base / f"seed-{seed}" if seeds > 1 else base
+
+
 def plan(args: argparse.Namespace) -> list[dict]:
-    """Every run: the matrix, then the per-state timing runs of the time-varying scenarios
-    (once per distinct state: the quiet state of every episodes scenario is the same)."""
+    """Every run: the matrix (each cell once per seed), then the per-state timing runs of the
+    time-varying scenarios (from the first seed; once per distinct state: the quiet state of
+    every episodes scenario is the same)."""
     from ina.sim.scenario import load_scenario
 
     out = Path(args.out)
     jobs, seen = [], set()
     max_steps = args.max_steps or 4000
+    seeds = args.seed_list
     for w in args.workload_list:
         for name in args.scenario_list:
             sc = load_scenario(name)
             for cfg in args.config_list:
-                argv = [a.replace("{scenario}", name) for a in _argv(args, w, cfg, True, max_steps)]
-                jobs.append({"workload": w, "scenario": name, "state": "", "fraction": 1.0,
-                             "config": cfg.spec, "argv": argv,
-                             "dir": str(out / w / sc.name / cfg.slug)})  # fmt: skip
+                for seed in seeds:
+                    argv = [a.replace("{scenario}", name)
+                            for a in _argv(args, w, cfg, True, max_steps, seed)]  # fmt: skip
+                    jobs.append({"workload": w, "scenario": name, "state": "", "fraction": 1.0,
+                                 "config": cfg.spec, "seed": seed, "argv": argv,
+                                 "dir": str(run_dir(out, w, sc.name, cfg, seed,
+                                                    len(seeds)))})  # fmt: skip
             states = sc.states()
             if len(states) < 2:
                 continue
@@ -277,10 +308,11 @@ def plan(args: argparse.Namespace) -> list[dict]:
                     key = (w, cfg.spec, repr(st.scenario.network()), st.scenario.compute)
                     first = key not in seen
                     seen.add(key)
-                    argv = [a.replace("{scenario}", name)
-                            for a in _argv(args, w, cfg, False, args.timing_steps)]  # fmt: skip
+                    argv = _argv(args, w, cfg, False, args.timing_steps, seeds[0])
+                    argv = [a.replace("{scenario}", name) for a in argv]
                     jobs.append({"workload": w, "scenario": name, "state": st.name,
-                                 "fraction": st.fraction, "config": cfg.spec, "argv": argv,
+                                 "fraction": st.fraction, "config": cfg.spec, "seed": seeds[0],
+                                 "argv": argv,
                                  "same_as": "" if first else repr(key),
                                  "dir": str(out / w / sc.name / f"state-{_slug(st.name)}"
                                             / cfg.slug)})  # fmt: skip
@@ -323,18 +355,42 @@ def _t(row: dict) -> float:
     return float(t) if t not in ("", None) else math.nan
 
 
+def over_seeds(runs: list[dict]) -> dict:
+    """One method in one scenario over its seeds' rows: the mean run (time and steps to
+    target, metric, bytes, density; ``reached`` only if every seed reached the target) and
+    the spread of its time to target (``t_min``, ``t_max``)."""
+    t, t_min, t_max = rg.over_seeds(_t(r) for r in runs)
+    steps = rg.over_seeds(r["steps"] if r["reached"] else math.nan for r in runs)[0]
+    reached = all(r["reached"] for r in runs)
+    return {
+        "metric": runs[0]["metric"],
+        "seeds": sorted(int(r.get("seed", 0)) for r in runs),
+        "time_to_target_s": t,
+        "t_min": t_min,
+        "t_max": t_max,
+        "reached": int(reached),
+        "steps": steps if reached else statistics.fmean(r["steps"] for r in runs),
+        "final_metric": statistics.fmean(r["final_metric"] for r in runs),
+        "kb_per_step": statistics.fmean(r["kb_per_step"] for r in runs),
+        "mean_density": statistics.fmean(r["mean_density"] for r in runs),
+    }
+
+
 def analyse(rows: list[dict], configs: list[Config]) -> dict:
-    """Per workload and scenario: each method's time, regret, the oracle; the goals."""
+    """Per workload and scenario: each method's time (the mean over its seeds), regret, the
+    oracle; the goals."""
     fixed = [c for c in configs if c.kind in ("dense", "fixed")]
     out: dict = {}
     for r in rows:
         if r.get("error") or r["state"]:
             continue
-        out.setdefault(r["workload"], {}).setdefault(r["scenario"], {})[r["config"]] = r
+        cell = out.setdefault(r["workload"], {}).setdefault(r["scenario"], {})
+        cell.setdefault(r["config"], []).append(r)
     table: dict = {}
     for w, scenarios in out.items():
-        for name, runs in scenarios.items():
-            times = {spec: _t(run) for spec, run in runs.items()}
+        for name, per_seed in scenarios.items():
+            runs = {spec: over_seeds(rs) for spec, rs in per_seed.items()}
+            times = {spec: run["time_to_target_s"] for spec, run in runs.items()}
             reg = rg.regret(times, [c.spec for c in fixed if c.spec in times])
             steps = {
                 c.spec: (runs[c.spec]["steps"] if runs[c.spec]["reached"] else math.nan)
@@ -427,6 +483,10 @@ def goals(table: dict, configs: list[Config]) -> list[tuple[str, bool | None, st
     return out
 
 
+def _seeds_text(seeds: list[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+
+
 def _pct(x: float) -> str:
     return "–" if math.isnan(x) else f"{100 * x:.0f} %"
 
@@ -446,8 +506,8 @@ def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: 
     lines = [
         f"# DC2 in simulated time ({'long' if args.long else 'short'} run)",
         "",
-        f"Command: `{args.command}`; seed {args.seed}; {args.lanes} lanes, pool {args.pool}, "
-        f"coding `{args.coding}`; evaluation every {args.eval_every} steps; experiment wall "
+        f"Command: `{args.command}`; {_seeds_text(args.seed_list)}; {args.lanes} lanes, pool "
+        f"{args.pool}, coding `{args.coding}`; evaluation every {args.eval_every} steps; experiment wall "
         f"time {wall_s / 60:.1f} min. DC2 configurations (the same everywhere): "
         + "; ".join(f"`{c.spec}`" for c in configs if c.kind == "dc2")
         + ".",
@@ -467,12 +527,17 @@ def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: 
             cells = []
             for c in configs:
                 t, r = e["times"].get(c.spec, math.nan), e["regret"].get(c.spec, math.nan)
-                cells.append(f"{_s(t)} ({_x(r)})" if not math.isnan(t) else "not reached")
+                run = e["runs"].get(c.spec)
+                spread = ""
+                if run and len(run["seeds"]) > 1 and not math.isnan(t):
+                    spread = f" [{run['t_min']:.3f}-{run['t_max']:.3f}]"
+                cells.append(f"{_s(t)}{spread} ({_x(r)})" if not math.isnan(t) else "not reached")
             lines.append(f"| {name} | " + " | ".join(cells)
                          + f" | {_s(e['oracle_s'])} | {_x(e['oracle_gain'])} |")  # fmt: skip
-        lines += ["", "Time to target, simulated (regret: over the best fixed level of the "
-                  "scenario, in hindsight). Final metric, kB sent per step per worker, mean "
-                  "density:", ""]  # fmt: skip
+        lines += ["", "Time to target, simulated: the mean over the seeds [min-max] (regret: "
+                  "the mean over the best fixed level's mean in the scenario, in hindsight). "
+                  "Final metric, kB sent per step per worker, mean density (means over the "
+                  "seeds):", ""]  # fmt: skip
         lines += ["| scenario | " + " | ".join(label(c) for c in configs) + " |",
                   "|---|" + "---|" * len(configs)]  # fmt: skip
         for name, e in scenarios.items():
@@ -497,7 +562,7 @@ def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: 
 
 
 RESULT_FIELDS = (
-    "workload", "scenario", "state", "fraction", "config", "metric", "steps", "sim_s",
+    "workload", "scenario", "state", "fraction", "config", "seed", "metric", "steps", "sim_s",
     "time_to_target_s", "reached", "final_metric", "bytes_per_worker", "kb_per_step", "step_s",
     "mean_density", "retransmissions", "wall_s", "error",
 )  # fmt: skip
@@ -512,7 +577,7 @@ def write_results(rows: list[dict], path: Path) -> None:
 
 
 def read_results(path: Path) -> list[dict]:
-    ints = {"steps", "reached", "bytes_per_worker", "retransmissions"}
+    ints = {"seed", "steps", "reached", "bytes_per_worker", "retransmissions"}
     floats = {"fraction", "sim_s", "final_metric", "kb_per_step", "step_s", "mean_density",
               "wall_s"}  # fmt: skip
     rows = []
@@ -548,6 +613,7 @@ def main(args: argparse.Namespace) -> int:
         wall = float((out / "wall_seconds.txt").read_text())
         # the configurations that ran (the defaults may have changed since)
         args.config_list = parse_configs(",".join(dict.fromkeys(r["config"] for r in rows)))
+        args.seed_list = sorted({r.get("seed", args.seed) for r in rows}) or [args.seed]
     else:
         jobs = plan(args)
         print(f"ina experiment dc2 --sim: {len(jobs)} runs ({sum(1 for j in jobs if j.get('same_as'))}"

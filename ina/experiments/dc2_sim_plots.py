@@ -10,13 +10,16 @@ from pathlib import Path
 import numpy as np
 
 from ina.experiments.dc2 import Config
-from ina.experiments.dc2_sim import GOAL_FIXED_REGRET, GOAL_REGRET, _read_steps, label
+from ina.experiments.dc2_sim import GOAL_FIXED_REGRET, GOAL_REGRET, _read_steps, label, run_dir
 
 
 def _run_dir(args, workload: str, scenario: str, spec: str) -> Path:
+    """The run of the first seed (the curves of one seed; the tables average the seeds)."""
     from ina.sim.scenario import load_scenario
 
-    return Path(args.out) / workload / load_scenario(scenario).name / Config(spec).slug
+    seeds = args.seed_list
+    return run_dir(args.out, workload, load_scenario(scenario).name, Config(spec), seeds[0],
+                   len(seeds))  # fmt: skip
 
 
 def _colors(configs: list[Config]) -> dict[str, tuple]:
@@ -63,7 +66,8 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
         handles, labels = axes.flat[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8,
                    frameon=False)  # fmt: skip
-        fig.suptitle(f"{w}: {wl.metric.name} against simulated time (dotted: target)")
+        fig.suptitle(f"{w}: {wl.metric.name} against simulated time, seed "
+                     f"{args.seed_list[0]} (dotted: target)")  # fmt: skip
         fig.tight_layout(rect=(0, 0.05, 1, 0.96))
         paths.append(out / f"dc2sim_accuracy_{w}.png")
         fig.savefig(paths[-1], dpi=80)

@@ -17,6 +17,10 @@ the target needs ``S(d)`` steps. If progress adds up across levels (a step at ``
 per-state rates), and the controller that knows the state and switches for free to the best
 level for it in ``T* = 1 / sum_s f_s max_d 1 / (S(d) t_s(d))``. No real controller beats
 ``T*`` under those assumptions; it ignores reaction time and the cost of a switch.
+
+**Seeds.** A method's time (or steps) to target in a scenario is the mean over the training
+seeds, its spread the min and max (`over_seeds`); regret and the oracle are computed on the
+means. A method that misses the target with any seed has no mean (nan: not reached).
 """
 
 from __future__ import annotations
@@ -100,6 +104,16 @@ def oracle_capture(best_fixed: float, method: float, oracle: float) -> float:
     if math.isinf(method):
         return 0.0
     return (best_fixed / method - 1) / gain
+
+
+def over_seeds(values: Iterable[float]) -> tuple[float, float, float]:
+    """(mean, min, max) of one method's per-seed times or steps to target; all nan if any seed
+    did not reach the target (nan or inf), or if there are none. The mean, not the median:
+    time to target adds up over the runs a user would make."""
+    values = [float(v) for v in values]
+    if not values or any(math.isnan(v) or math.isinf(v) for v in values):
+        return math.nan, math.nan, math.nan
+    return math.fsum(values) / len(values), min(values), max(values)
 
 
 def _check(fractions: Mapping[str, float]) -> None:

@@ -137,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "it (docs/compression.md)",
     )
     c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
-    c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target)")
+    c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target, ownq)")
     c.add_argument(
         "--law-param",
         action="append",

@@ -32,6 +32,9 @@ class Decision:
     p95: float
     trend: float
     queueing_delay: float
+    round_min: float  # the step's chunks: min and 95th percentile RTT (own queue: the spread)
+    round_p95: float
+    round_stream: float  # the time the step's results streamed in back to back
     density: float  # the law's density (continuous)
     index: int  # its ladder rung: what this worker puts in the ``level`` field
     agreed_index: int  # the MAX over workers the switch returned, or NO_AGREED_INDEX
@@ -44,7 +47,8 @@ class DC2Controller:
 
     1. The transport calls `observe` with the RTTs of the chunks completed since the last call
        (never-retransmitted chunks only; flagged ones are ignored anyway).
-    2. The training loop calls `step`, which snapshots the monitor, asks the law for a density
+    2. The training loop calls `step`, which snapshots the monitor (its round: the samples
+       since the previous step), asks the law for a density
        (during warm-up, the law's initial density: 1.0, dense, by default) and returns its
        ladder index; the decision is logged.
     3. The worker puts the index in the header's ``level`` field; the switch MAX-combines it and
@@ -87,6 +91,7 @@ class DC2Controller:
         # Internal state.
         self.density = law.density
         self.index = level_to_index(self.density)
+        self._round_start = 0  # monitor samples at the last decision: a round is one step
         # Stats.
         self.log: list[Decision] = []
 
@@ -101,7 +106,8 @@ class DC2Controller:
 
     def step(self, now: float | None = None, agreed_index: int | None = None) -> int:
         """Decide the level for the next step; returns this worker's ladder index."""
-        stats = self.monitor.snapshot(now)
+        stats = self.monitor.snapshot(now, since=self._round_start)
+        self._round_start = stats.samples
         if stats.samples >= self.warmup_samples:
             self.density = self.law.next_level(stats)
         self.index = level_to_index(self.density)
@@ -115,6 +121,9 @@ class DC2Controller:
                 p95=stats.p95,
                 trend=stats.trend,
                 queueing_delay=stats.queueing_delay,
+                round_min=stats.round_min,
+                round_p95=stats.round_p95,
+                round_stream=stats.round_stream,
                 density=self.density,
                 index=self.index,
                 agreed_index=NO_AGREED_INDEX if agreed_index is None else agreed_index,

@@ -20,6 +20,9 @@ The laws (equations and the reasons for the defaults in docs/dc2.md):
   to it, so AIMD's convergence argument (Chiu & Jain) carries over.
 * `DelayTargetLaw`: LEDBAT/Vegas-like; hold ``q`` near a target with a step in log-density
   proportional to ``ln(q / target)``, nothing inside a dead band, at most ``max_step`` a step.
+* `OwnQueueLaw`: the same log-density steps, on a different signal and target: the time the
+  job's own bytes take in one step (its results streaming in back to back; a shift of the
+  whole path's delay changes no gap within a round), held at a ``share`` of the step's time.
 
 The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
 """
@@ -265,6 +268,93 @@ class DelayTargetLaw(ControlLaw):
         target = max(_delay_bound(stats, self.target_ratio, self.target_s), _TINY_DELAY)
         q = max(_TINY_DELAY, stats.queueing_delay + self.lookahead_s * stats.trend)
         error = math.log(q / target)
+        if abs(error) <= self.deadband:
+            return self.density
+        step = min(max(self.gain * error, -self.max_step), self.max_step)
+        return self.density * math.exp(-step)
+
+
+@register_law("ownq")
+class OwnQueueLaw(ControlLaw):
+    """Hold the time the job's own bytes take at a share of its step time.
+
+    1. ``q = round_stream``: the time the last step's results streamed in back to back (the
+       sum of the gaps shorter than ``round_min`` between consecutive arrivals,
+       `DelayMonitor`): the bottleneck's service time of the bytes the step sent, whether
+       they queue (spread of the RTTs) or wait for the transport's window. A shift of the
+       whole path's delay (a longer route, another flow's standing queue) moves every sample
+       and changes no gap within a round; `DelayTargetLaw`'s ``srtt - base_rtt`` reads such
+       a shift as congestion.
+    2. ``T``: the step's own time, the interval between two decisions (compute plus
+       communication); the target is ``q = share * T``.
+    3. ``error = ln((q / (T - q)) / (share / (1 - share)))``: the bytes' time over the rest
+       of the step against the same ratio at the target (zero exactly where ``q = share *
+       T``); ``|error| <= deadband``: hold; otherwise ``density *= exp(-clip(gain * error,
+       -max_step, max_step))``. The first decision (no ``T`` yet) and a step of fewer than
+       two samples (no gap) hold.
+
+    Why ``q / (T - q)`` and not ``q / T``: with ``q`` proportional to the density and the
+    rest of the step fixed, ``ln(q / (T - q))`` is ``ln d`` plus a constant, so the loop is
+    linear in log density and ``gain`` is the share of the distance removed per step, as in
+    `DelayTargetLaw`; ``q / T`` saturates at 1 (a step all bytes reads at most ``1 / share``
+    over the target), which made a first version come down from dense in 10 steps.
+
+    Why ``share * T``: if the steps to target grow as ``d ** -alpha`` as the density ``d``
+    falls, and a step takes ``T = T0 + q`` with the bytes' time ``q`` growing as ``d ** eps``
+    (``eps`` < 1: indices, headers and the support round do not shrink with ``d``), the time
+    to target ``d ** -alpha * T`` is least where ``q = (alpha / eps) * T``. ``share`` is
+    ``alpha / eps``: the workload's elasticity of steps to density over the codec's
+    elasticity of bytes to density. That ties the target to the step (a 1 ms compute step and
+    a 40 ms WAN step alike) instead of an absolute delay.
+
+    Args:
+        share: target share of the step for the job's own bytes (``alpha / eps``).
+        gain: log-density change per unit of log error.
+        deadband: log error tolerated without a change.
+        max_step: largest log-density change per step.
+    """
+
+    def __init__(
+        self,
+        share: float = 0.4,
+        gain: float = 0.5,
+        deadband: float = 0.2,
+        max_step: float = math.log(4),
+        initial: float = 1.0,
+        min_density: float = LADDER_MIN_DENSITY,
+        max_density: float = 1.0,
+    ) -> None:
+        super().__init__(initial, min_density, max_density)
+        if not 0 < share < 1:
+            raise ValueError(f"share must be in (0, 1), got {share}")
+        if not (gain > 0 and max_step > 0 and deadband >= 0):
+            raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
+        # Hyperparameters.
+        self.share = share
+        self.gain = gain
+        self.deadband = deadband
+        self.max_step = max_step
+        # Internal state: the time of the previous decision (the step time is the interval).
+        self._last_time = math.nan
+        # Stats: the last decision's inputs, for tests and logs.
+        self.own_time = math.nan
+        self.target = math.nan
+
+    def reset(self) -> None:
+        super().reset()
+        self._last_time = math.nan
+        self.own_time = self.target = math.nan
+
+    def _decide(self, stats: DelayStats) -> float:
+        period = stats.time - self._last_time
+        self._last_time = stats.time
+        self.own_time = stats.round_stream if stats.round_samples >= 2 else math.nan
+        if not period > 0 or math.isnan(self.own_time):
+            return self.density
+        self.target = self.share * period
+        rest = max(period - self.own_time, _TINY_DELAY)
+        ratio = max(self.own_time, _TINY_DELAY) / rest
+        error = math.log(ratio / (self.share / (1 - self.share)))
         if abs(error) <= self.deadband:
             return self.density
         step = min(max(self.gain * error, -self.max_step), self.max_step)

@@ -19,6 +19,19 @@ dropped, never fatal. From the accepted samples the monitor keeps:
 * ``p50``, ``p95`` and ``trend`` over a short window (the last ``stats_window_samples`` samples
   at most ``stats_window_s`` old; the newest always counts): the spread of recent samples and
   their least-squares slope d(rtt)/dt, for laws that anticipate and for the decision log.
+* Over the samples of the last round (those accepted since sample number ``since`` given to
+  `snapshot`; the controller passes the count at its last decision, so a round is one
+  training step): ``round_min``, ``round_p95`` and ``round_stream``. Within a round the
+  worker sends its chunks back to back. Their spread ``round_p95 - round_min`` is the queue
+  they build while in flight, but the transport's window holds that queue near its own
+  target, so on a slow path the bytes cost time, not queue: the results then stream in one
+  bottleneck service time apart for as long as the step has bytes to move.
+  ``round_stream``, the sum of the gaps between consecutive arrivals that are shorter than
+  ``round_min`` (no result can follow another closer than its service time, and a new
+  round's first result comes at least ``round_min`` after it left), is that time: the part
+  of the step the job's own bytes take. A shift of the whole path's delay (a longer route,
+  another flow's standing queue) moves every sample and the minimum with them and changes
+  neither (issue 15; docs/dc2.md, `OwnQueueLaw`).
 
 Samples come one at a time or as numpy arrays (one ``now`` for all, or one per sample); the
 estimators give the same values either way (batching is cheaper: one call per step, not per
@@ -53,6 +66,10 @@ class DelayStats:
     p50: float  # median over the short window
     p95: float  # 95th percentile over the short window
     trend: float  # d(rtt)/dt over the short window, seconds per second; 0 if undefined
+    round_samples: int = 0  # samples since ``snapshot(since=...)`` (at most the ring's size)
+    round_min: float = math.nan  # their minimum: the path's delay in this round
+    round_p95: float = math.nan  # their 95th percentile: the path's delay + the job's queue
+    round_stream: float = math.nan  # the time their results streamed in back to back
 
     @property
     def ready(self) -> bool:
@@ -235,14 +252,24 @@ class DelayMonitor:
         fresh[-1] = True
         return times[fresh], rtts[fresh]
 
-    def snapshot(self, now: float | None = None) -> DelayStats:
-        """Current statistics; windows are aged against ``now`` (default: newest sample)."""
+    def snapshot(self, now: float | None = None, since: int | None = None) -> DelayStats:
+        """Current statistics; windows are aged against ``now`` (default: newest sample).
+        ``since``: the round is the samples accepted after the first ``since`` (the newest
+        ``stats_window_samples`` of them at most); None: no round statistics."""
         ref = self._last_time if now is None else max(now, self._last_time)
         if self.samples == 0:
             nan = math.nan
             return DelayStats(ref, 0, self.retransmitted, self.rejected, 0, *[nan] * 6, 0.0)
         times, rtts = self._short_window(ref)
         p50, p95 = _percentiles(np.sort(rtts), (0.50, 0.95))
+        round_n, round_min, round_p95, stream = 0, math.nan, math.nan, math.nan
+        if since is not None and self.samples > since:
+            round_n = min(self.samples - max(since, 0), self.stats_window_samples)
+            slots = (self.samples - round_n + np.arange(round_n)) % self.stats_window_samples
+            ordered = np.sort(self._rtts[slots])
+            round_min, round_p95 = float(ordered[0]), _percentiles(ordered, (0.95,))[0]
+            gaps = np.diff(np.sort(self._times[slots]))
+            stream = float(gaps[gaps < round_min].sum())
         return DelayStats(
             time=ref,
             samples=self.samples,
@@ -256,6 +283,10 @@ class DelayMonitor:
             p50=p50,
             p95=p95,
             trend=_slope(times, rtts),
+            round_samples=round_n,
+            round_min=round_min,
+            round_p95=round_p95,
+            round_stream=stream,
         )
 
 
