@@ -17,6 +17,7 @@
 // Cross traffic is recorded where it meets INA's packets: every TCP packet handed to a watched
 // device (its arrival at the device queue, before tail drop) with its size on the wire, so
 // the fast engine can replay the same arrivals into its own FIFO (ina.netem.CrossTrace).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -31,6 +32,14 @@ std::function<void(uint64_t)> fire;                                  // event id
 std::function<void(uint32_t, uint64_t, uint32_t, double)> arrive;    // link, bytes, length, sent
 
 void Fire(uint64_t id) { fire(id); }
+
+// Seconds to time steps (picoseconds: the resolution ns3net.load sets), rounded up so that
+// nothing runs before the time it was asked for; a float's error on a whole picosecond
+// is not a picosecond more.
+int64_t Ticks(double t) {
+  double x = t * 1e12;
+  return (int64_t)std::ceil(x - std::max(1e-3, x * 4e-16));
+}
 
 void ScheduleAt(int64_t ticks, uint64_t id) {
   int64_t now = Simulator::Now().GetTimeStep();
@@ -79,9 +88,9 @@ void SendBatch(uint32_t endpoint, uint32_t link, uint32_t dst, uint16_t port, ui
   int64_t now = Simulator::Now().GetTimeStep();
   std::vector<uint8_t> b;
   for (uint64_t i = 0; i < n; i++) {
-    int64_t at = (int64_t)std::ceil(times[i] * 1e9 - 1e-6); // ns ticks (Time's resolution)
+    int64_t at = Ticks(times[i]);
     if (at < now) at = now;
-    double sent = at * 1e-9;
+    double sent = at * 1e-12;
     b.assign(lengths[i] + TRAILER, 0);
     std::memcpy(b.data(), data + i * stride, lengths[i]);
     std::memcpy(b.data() + lengths[i], &sent, 8);
@@ -130,7 +139,7 @@ std::vector<uint32_t> Connect(Ptr<Node> a, Ptr<Node> b, double rate_a, double ra
                               double delay_s, uint64_t buf_a, uint64_t buf_b, double loss_at_a,
                               double loss_at_b, uint32_t mtu, uint32_t net) {
   PointToPointHelper p2p;
-  p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds((int64_t)std::llround(delay_s * 1e9))));
+  p2p.SetChannelAttribute("Delay", TimeValue(PicoSeconds((int64_t)std::llround(delay_s * 1e12))));
   p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
   NetDeviceContainer d = p2p.Install(a, b);
   double rates[2] = {rate_a, rate_b};
