@@ -70,6 +70,17 @@ def _row(scenario, config, t, steps, acc=0.96, state="", fraction=1.0, step_s=ma
             "kb_per_step": 1.0, "mean_density": 1.0, "step_s": step_s, "error": ""}  # fmt: skip
 
 
+def _episode_states() -> list[dict]:
+    """The runs held in each state of `episodes`: half quiet (1 s per step at any level),
+    half congested (dense 10 s, 0.01 2 s)."""
+    return [
+        _row("episodes", "dense", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "fixed:0.01", "", 40, state="quiet", fraction=0.5, step_s=1.0),
+        _row("episodes", "dense", "", 40, state="congested", fraction=0.5, step_s=10.0),
+        _row("episodes", "fixed:0.01", "", 40, state="congested", fraction=0.5, step_s=2.0),
+    ]
+
+
 def test_analysis_and_goals_on_a_synthetic_table():
     args = parse("--scenarios", "quiet-dc,episodes", "--levels", "0.01", "--laws", "target")
     law = DC2_DEFAULT["target"]
@@ -82,10 +93,7 @@ def test_analysis_and_goals_on_a_synthetic_table():
         _row("episodes", "dense", 190.0, 100),
         _row("episodes", "fixed:0.01", 200.0, 150, acc=0.955),
         _row("episodes", law, 140.0, 120, acc=0.962),
-        _row("episodes", "dense", "", 40, state="quiet", fraction=0.5, step_s=1.0),
-        _row("episodes", "fixed:0.01", "", 40, state="quiet", fraction=0.5, step_s=1.0),
-        _row("episodes", "dense", "", 40, state="congested", fraction=0.5, step_s=10.0),
-        _row("episodes", "fixed:0.01", "", 40, state="congested", fraction=0.5, step_s=2.0),
+        *_episode_states(),
     ]
     table = analyse(rows, args.config_list)["mnist1d"]
     q, e = table["quiet-dc"], table["episodes"]
@@ -130,10 +138,7 @@ def test_seeds_are_averaged_before_regret_and_oracle():
         _row("episodes", "fixed:0.01", 240.0, 170, seed=1),
         _row("episodes", law, 140.0, 120, seed=0),
         _row("episodes", law, "", 4000, seed=1),
-        _row("episodes", "dense", "", 40, state="quiet", fraction=0.5, step_s=1.0),
-        _row("episodes", "fixed:0.01", "", 40, state="quiet", fraction=0.5, step_s=1.0),
-        _row("episodes", "dense", "", 40, state="congested", fraction=0.5, step_s=10.0),
-        _row("episodes", "fixed:0.01", "", 40, state="congested", fraction=0.5, step_s=2.0),
+        *_episode_states(),
     ]
     table = analyse(rows, args.config_list)["mnist1d"]
     q, e = table["quiet-dc"], table["episodes"]
