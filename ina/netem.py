@@ -766,7 +766,7 @@ class LinkEmulator:
             start = max(tk, free)
             if self.capacity is not None and start > tk:
                 share[k] = float(self.capacity.share(np.array([start / _PS]))[0])
-            free = start + n * round(sk / n * 8 / (rate * share[k]) * _PS)
+            free = start + float(_service_ps(sk, rate * share[k], None if count is None else n))
             out[k] = free
             q_dep.append(free)
             q_size.append(sk)

@@ -98,10 +98,8 @@ def run(
     backend delivers them; `ina sim fidelity` uses it to tell batching from modelling)."""
     net = build(spec, codec_time)
     if lookahead_s is not None:
-        switches = list(net.switches.values() or [net.switch])
-        for node in [*net.workers, *switches]:
+        for node in [*net.workers, *(net.switches.values() or [net.switch])]:
             node.lookahead = min(node.lookahead, lookahead_s)
-        for node in [*net.workers, *switches]:
             node.run_ahead = False  # no channel clocks either: at most lookahead_s
     workers = workers_for(net, density)
     rng = np.random.default_rng(seed)

@@ -444,14 +444,12 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     for h, nodes in enumerate(host_nodes):
         if len(nodes) == 1:  # a host of its own: its link hands packets straight over
             ((job_id, node),) = nodes.items()
-            node.uplink = Link(ups[h], switch.input_port())
-            switch.inputs.append(node.uplink)
+            node.uplink = switch.attach(Link(ups[h], switch.arrive))
             switch.ports[(job_id, node.core.cfg.worker_id)] = Link(downs[h], node.deliver)
             continue
         # a shared host: its workers' packets enter its uplink in time order, and what comes
         # down its link goes to the worker of the packet's job
-        uplink = OrderedLink(engine, ups[h], switch.input_port())
-        switch.inputs.append(uplink)
+        uplink = switch.attach(OrderedLink(engine, ups[h], switch.arrive))
         downlink = Link(downs[h], _by_job(nodes))
         for port, (job_id, node) in enumerate(nodes.items()):
             node.uplink, node.port = uplink, port
@@ -627,15 +625,14 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             if lower not in nodes:  # a host that is not a worker
                 continue
             node = nodes[lower]
-            node.uplink = Link(up, switches[upper].input_port())
-            switches[upper].inputs.append(node.uplink)
+            node.uplink = switches[upper].attach(Link(up, switches[upper].arrive))
             switches[upper].ports[(job, node.core.cfg.worker_id)] = Link(down, node.deliver)
         else:
             child = fabric.contributors(upper).index(lower)
-            switches[lower].ports[(job, PARENT)] = Link(up, switches[upper].input_port())
-            switches[upper].inputs.append(switches[lower].ports[(job, PARENT)])
-            switches[upper].ports[(job, child)] = Link(down, switches[lower].input_port())
-            switches[lower].inputs.append(switches[upper].ports[(job, child)])
+            upper_in = switches[upper].attach(Link(up, switches[upper].arrive))
+            lower_in = switches[lower].attach(Link(down, switches[lower].arrive))
+            switches[lower].ports[(job, PARENT)] = upper_in
+            switches[upper].ports[(job, child)] = lower_in
     top = fabric.root
     workers = [nodes[h] for h in fabric.workers]
     return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)

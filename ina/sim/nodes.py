@@ -322,11 +322,10 @@ class SwitchNode:
         # (job_id, worker_id) -> downlink; on a leaf, (job_id, PARENT) -> the uplink to its
         # parent switch (hierarchical aggregation, `ina.sim.network`)
         self.ports: dict[tuple[int, int], Link] = {}
-        # the links into the switch, by port (`input_port`): their channel clocks let it
-        # take more than ``lookahead`` at once (`_horizon`)
+        # the links into the switch, by port (`attach`): their channel clocks let it take
+        # more than ``lookahead`` at once (`_horizon`)
         self.inputs: list[Link] = []
         self.run_ahead = True  # False: exactly ``lookahead`` per event (`ina.sim.allreduce.run`)
-        self._ports_in = 0
         self._wake = _Wakeup(engine, self._run)
         self._out = Outputs.allocate(256, pipeline.payload_bytes)
         self.batches = 0
@@ -339,12 +338,14 @@ class SwitchNode:
         self.inbox.add(times, data, lengths, port)
         self._wake.request(self.inbox.first)
 
-    def input_port(self) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-        """The delivery function of a new input link: packets of the same time are taken
-        in the order of their links' ports."""
-        port = self._ports_in
-        self._ports_in += 1
-        return lambda times, data, lengths: self.arrive(times, data, lengths, port)
+    def attach(self, link: Link) -> Link:
+        """Make ``link`` the switch's next input port: it delivers here (packets of the same
+        time are taken in the order of their ports), and its channel clock bounds what the
+        switch may take at once (`_horizon`)."""
+        port = len(self.inputs)
+        link.deliver = lambda times, data, lengths: self.arrive(times, data, lengths, port)
+        self.inputs.append(link)
+        return link
 
     def _horizon(self) -> float:
         """Every packet arriving before this time is in the inbox already.
@@ -356,7 +357,7 @@ class SwitchNode:
         trip ahead, where ``lookahead`` is one link's latency. Packets at exactly that time
         stay for later: a link may still deliver another one at the same time."""
         horizon = self.engine.now + self.lookahead
-        if self.run_ahead and self.inputs and len(self.inputs) == self._ports_in:
+        if self.run_ahead and self.inputs:
             clock = min(link.emulator.released_until for link in self.inputs)
             if clock > horizon:
                 return clock
