@@ -212,6 +212,16 @@ class AIMDLaw(ControlLaw):
         return self.density + self.increase
 
 
+def _log_step(law: DelayTargetLaw | OwnQueueLaw, error: float) -> float:
+    """The next density of a law that steps in log density (``law.gain``, ``law.deadband``,
+    ``law.max_step``): nothing while ``|error|`` is within the dead band, else
+    ``density * exp(-clip(gain * error, -max_step, max_step))``."""
+    if abs(error) <= law.deadband:
+        return law.density
+    step = min(max(law.gain * error, -law.max_step), law.max_step)
+    return law.density * math.exp(-step)
+
+
 @register_law("target")
 class DelayTargetLaw(ControlLaw):
     """Hold the queueing delay near a target (LEDBAT/Vegas-like) by steps in log-density.
@@ -267,11 +277,7 @@ class DelayTargetLaw(ControlLaw):
     def _decide(self, stats: DelayStats) -> float:
         target = max(_delay_bound(stats, self.target_ratio, self.target_s), _TINY_DELAY)
         q = max(_TINY_DELAY, stats.queueing_delay + self.lookahead_s * stats.trend)
-        error = math.log(q / target)
-        if abs(error) <= self.deadband:
-            return self.density
-        step = min(max(self.gain * error, -self.max_step), self.max_step)
-        return self.density * math.exp(-step)
+        return _log_step(self, math.log(q / target))
 
 
 @register_law("ownq")
@@ -354,8 +360,4 @@ class OwnQueueLaw(ControlLaw):
         self.target = self.share * period
         rest = max(period - self.own_time, _TINY_DELAY)
         ratio = max(self.own_time, _TINY_DELAY) / rest
-        error = math.log(ratio / (self.share / (1 - self.share)))
-        if abs(error) <= self.deadband:
-            return self.density
-        step = min(max(self.gain * error, -self.max_step), self.max_step)
-        return self.density * math.exp(-step)
+        return _log_step(self, math.log(ratio / (self.share / (1 - self.share))))
