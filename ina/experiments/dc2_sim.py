@@ -355,7 +355,7 @@ def _t(row: dict) -> float:
     return float(t) if t not in ("", None) else math.nan
 
 
-def over_seeds(runs: list[dict]) -> dict:
+def mean_run(runs: list[dict]) -> dict:
     """One method in one scenario over its seeds' rows: the mean run (time and steps to
     target, metric, bytes, density; ``reached`` only if every seed reached the target) and
     the spread of its time to target (``t_min``, ``t_max``)."""
@@ -389,7 +389,7 @@ def analyse(rows: list[dict], configs: list[Config]) -> dict:
     table: dict = {}
     for w, scenarios in out.items():
         for name, per_seed in scenarios.items():
-            runs = {spec: over_seeds(rs) for spec, rs in per_seed.items()}
+            runs = {spec: mean_run(rs) for spec, rs in per_seed.items()}
             times = {spec: run["time_to_target_s"] for spec, run in runs.items()}
             reg = rg.regret(times, [c.spec for c in fixed if c.spec in times])
             steps = {
