@@ -62,3 +62,23 @@ def test_zero_block_has_zero_exponent_and_encodes_to_zero():
     exps = quantize.block_exponents(x, 4)
     assert exps.tolist() == [0, 0]
     assert not quantize.encode(x, exps, 4, 4).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, block", [(1000, 256), (1024, 256), (7, 64), (300, 1)])
+def test_numpy_and_torch_encode_bit_for_bit_alike(dtype, n, block):
+    """numpy takes its own one-pass route (no padded copy); torch the blocked one: the same
+    exponents, integers and decoded values, a short last block included."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+    x[: n // 5] = 0.0  # whole zero blocks too
+    t = torch.from_numpy(x)
+    exps = quantize.block_exponents(x, block)
+    assert np.array_equal(exps, quantize.block_exponents(t, block).numpy())
+    ints = quantize.encode(x, exps, block, 4)
+    assert ints.shape == (n,)
+    assert np.array_equal(ints, quantize.encode(t, torch.from_numpy(exps), block, 4).numpy())
+    out = quantize.decode(ints, exps, block, 4)
+    back = quantize.decode(torch.from_numpy(ints), torch.from_numpy(exps), block, 4).numpy()
+    assert out.dtype == np.float64 and np.array_equal(out, back)

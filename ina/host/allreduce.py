@@ -34,9 +34,11 @@ the same mode with the same density.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -61,7 +63,18 @@ class AllreduceInfo:
 
     n: int = 0
     exponents: np.ndarray | None = None  # agreed biased exponent per block
-    error_bound: np.ndarray | None = None  # max |result - exact sum| per value
+    block: int = 0  # values per exponent block
+    num_workers: int = 0
+
+    @cached_property
+    def error_bound(self) -> np.ndarray | None:
+        """Max |result - exact sum| per value. Computed when asked for: it is as large as
+        the tensor, and most calls (every step of a training run) never read it."""
+        if self.exponents is None:
+            return None
+        if self.n == 0:
+            return np.zeros(0)
+        return quantize.error_bound(self.exponents, self.block, self.num_workers, self.n)
 
 
 @dataclass(frozen=True)
@@ -252,9 +265,12 @@ class Worker:
     ) -> Steps[np.ndarray]:
         """`allreduce_flat` as a generator of switch rounds; ``flat`` a numpy array or a torch
         tensor (the result: float64 numpy, or a tensor on ``flat``'s device when compressed)."""
-        quantize.check_finite(flat)
         xp = ops(flat)
-        if xp.size(flat) and float(xp.amax(xp.abs(flat), 0)) >= FLOAT32_LIMIT:
+        # one pass for both checks: the peak is NaN or infinite if any value is
+        peak = float(xp.amax(xp.abs(flat), 0)) if xp.size(flat) else 0.0
+        if not math.isfinite(peak):
+            quantize.check_finite(flat)  # raises, naming the first such value
+        if peak >= FLOAT32_LIMIT:
             raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
         if compressor:
             if self.communicator is None:
@@ -298,13 +314,13 @@ class Worker:
         self.level = meta_out.level
         agreed = meta_out.values[2:]
         if n == 0:
-            self.last = AllreduceInfo(0, agreed, np.zeros(0))
+            self.last = AllreduceInfo(0, agreed, L, N)
             self.last_int_sums = self.last_ints = np.zeros(0, np.int32)
             return np.zeros(0)
         ints = quantize.encode(flat, agreed, L, N)
         sums = (yield Round(ints, Op.SUM)).values
         out = quantize.decode(sums, agreed, L, N)
-        self.last = AllreduceInfo(n, agreed, quantize.error_bound(agreed, L, N, n))
+        self.last = AllreduceInfo(n, agreed, L, N)
         self.last_int_sums = sums
         self.last_ints = ints
         return out
@@ -314,7 +330,7 @@ class Worker:
         n = res.ints.shape[0]
         N = self.cfg.num_workers
         self.level = res.level
-        self.last = AllreduceInfo(n, res.exponents, quantize.error_bound(res.exponents, n, N, n))
+        self.last = AllreduceInfo(n, res.exponents, n, N)
         self.last_int_sums = res.reduced.values
         self.last_ints = res.ints
         self.last_compressed = res.reduced

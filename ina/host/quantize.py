@@ -54,9 +54,32 @@ def _blocks(xp, x: Array, block: int, dtype=None) -> Array:
     return padded.reshape(nblocks, block)
 
 
-def _own_numpy(blocks: Array, x: Array) -> bool:
-    """Whether ``blocks`` (from `_blocks`) is a numpy array of its own, not ``x``'s memory."""
-    return isinstance(blocks, np.ndarray) and not np.may_share_memory(blocks, x)
+def _scale_numpy(x: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray) -> np.ndarray:
+    """``out[i] = x[i] * scale[i // block]`` in float64 for flat numpy ``x``, in one pass:
+    the whole blocks through a (blocks, block) view, a short last block on its own (no
+    padded float64 copy of ``x`` first; widening inside the multiply is exact)."""
+    n = x.size
+    whole = n // block
+    m = whole * block
+    np.multiply(
+        x[:m].reshape(whole, block), scale[:whole, None], out=out[:m].reshape(whole, block)
+    )
+    if m < n:
+        np.multiply(x[m:], scale[whole], out=out[m:])
+    return out
+
+
+def _block_peaks_numpy(a: np.ndarray, block: int) -> np.ndarray:
+    """The largest of each block of flat numpy ``a``, as float64 (a short last block on its
+    own: no padded copy)."""
+    n = a.size
+    whole = n // block
+    m = whole * block
+    peaks = np.empty(-(-n // block), np.float64)
+    peaks[:whole] = a[:m].reshape(whole, block).max(axis=1)
+    if m < n:
+        peaks[whole] = a[m:].max()
+    return peaks
 
 
 def _is_float(x: Array) -> bool:
@@ -72,7 +95,11 @@ def block_exponents(x: Array, block: int) -> Array:
     # |x| and the maximum are exact in x's own float type, and so is widening the peaks to
     # float64: the same peaks as in float64, without widening every value first
     native = x.dtype if _is_float(x) else None
-    peak = xp.astype(xp.amax(xp.abs(_blocks(xp, x, block, native)), 1), xp.float64)
+    if isinstance(x, np.ndarray):
+        flat = x.reshape(-1) if native is not None else x.reshape(-1).astype(np.float64)
+        peak = _block_peaks_numpy(np.abs(flat), block)
+    else:
+        peak = xp.astype(xp.amax(xp.abs(_blocks(xp, x, block, native)), 1), xp.float64)
     # peak = m * 2**e with 0.5 <= m < 1, so |x| < 2**e
     e = xp.clip(xp.frexp_exponent(peak), EXP_MIN, EXP_MAX) + EXP_BIAS
     return xp.astype(xp.where(peak > 0, e, EXP_ZERO), xp.int32)
@@ -98,10 +125,10 @@ def encode(x: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(x)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
+    if isinstance(x, np.ndarray):
+        scaled = _scale_numpy(x.reshape(-1), _pow2(shifts), block, np.empty(x.size))
+        return np.rint(scaled, out=scaled).astype(np.int32)
     blocks, scale = _blocks(xp, x, block), _pow2(shifts.reshape(-1, 1))
-    if _own_numpy(blocks, x):  # a fresh array: scale and round it in place (no temporaries)
-        np.rint(np.multiply(blocks, scale, out=blocks), out=blocks)
-        return blocks.astype(np.int32).reshape(-1)[: x.size]
     return xp.astype(xp.rint(blocks * scale), xp.int32).reshape(-1)[: xp.size(x)]
 
 
@@ -110,9 +137,9 @@ def decode(v: Array, biased_exps: Array, block: int, num_workers: int) -> Array:
     xp = ops(v)
     biased_exps = xp.asarray(biased_exps)
     shifts = _shifts(biased_exps, mantissa_bits(num_workers))
+    if isinstance(v, np.ndarray):
+        return _scale_numpy(v.reshape(-1), _pow2(-shifts), block, np.empty(v.size))
     blocks, scale = _blocks(xp, v, block), _pow2(-shifts.reshape(-1, 1))
-    if _own_numpy(blocks, v):
-        return np.multiply(blocks, scale, out=blocks).reshape(-1)[: v.size]
     return (blocks * scale).reshape(-1)[: xp.size(v)]
 
 

@@ -690,18 +690,20 @@ class Pipeline:
         if len({c >> 1 for c in copies}) != len(copies):
             return False  # both copies of a slot: a count clears bits in the other copy
         reg = self.registers
+        r_count, r_epoch, r_seq, r_bitmap = reg.count, reg.epoch, reg.seq, reg.bitmap
         plan = []
+        keep = plan.append
         for row, qr, mask, cnt_b in zip(copies, qs[starts].tolist(), masks, counts, strict=True):
             if mask.bit_count() != cnt_b:
                 return False  # a worker twice: the second is a DUPLICATE
-            cnt = reg.count[row]
-            new = not cnt or reg.epoch[row] != e or qr == (reg.seq[row] + 2 * psize) & _MASK32
-            if not new and (qr != reg.seq[row] or cnt >= nw or reg.bitmap[row] & mask):
+            cnt = r_count[row]
+            new = not cnt or r_epoch[row] != e or qr == (r_seq[row] + 2 * psize) & _MASK32
+            if not new and (qr != r_seq[row] or cnt >= nw or r_bitmap[row] & mask):
                 return False  # STALE or DUPLICATE
             total = cnt_b if new else cnt + cnt_b
             if total > nw:
                 return False  # counts past completion: DUPLICATEs
-            plan.append((row, qr, mask, new, total))
+            keep((row, qr, mask, new, total))
         # -- LaneAggregate, ExpLevelMax: whole copies at once
         lanes = lanes_in[order]
         ufunc = np.add if op == _SUM else np.bitwise_or if op == _OR else np.maximum
@@ -718,24 +720,25 @@ class Pipeline:
         values = reg.values
         done: list[tuple[int, int]] = []  # (last packet, row) of each completed copy
         new_i, new_rows, old_i, old_rows = [], [], [], []
+        r_down, r_exp, r_level = reg.down, reg.exp, reg.level
         for i, (row, qr, mask, new, total) in enumerate(plan):
             if new:
-                reg.seq[row] = qr
-                reg.epoch[row] = e
-                reg.down[row] = 0
-                reg.bitmap[row] = mask
-                reg.exp[row] = exp_max[i]
-                reg.level[row] = level_max[i]
+                r_seq[row] = qr
+                r_epoch[row] = e
+                r_down[row] = 0
+                r_bitmap[row] = mask
+                r_exp[row] = exp_max[i]
+                r_level[row] = level_max[i]
                 new_i.append(i)
                 new_rows.append(row)
             else:
-                reg.bitmap[row] |= mask
-                reg.exp[row] = max(reg.exp[row], exp_max[i])
-                reg.level[row] = max(reg.level[row], level_max[i])
+                r_bitmap[row] |= mask
+                r_exp[row] = max(r_exp[row], exp_max[i])
+                r_level[row] = max(r_level[row], level_max[i])
                 old_i.append(i)
                 old_rows.append(row)
-            reg.count[row] = total
-            reg.bitmap[row ^ 1] &= ~mask
+            r_count[row] = total
+            r_bitmap[row ^ 1] &= ~mask
             if total == nw:
                 done.append((last[i], row))
         # the copies are distinct rows: one gather and one scatter each
@@ -749,14 +752,14 @@ class Pipeline:
         done.sort()
         m0 = len(out_k)
         staged[m0 : m0 + len(done)] = values[[row for _, row in done]]
-        for k, row in done:
-            tally[_RESULTS] += 1
-            tally[_RESULTS + 1] += flen[k]
-            out_k.append(k)
-            out_bitmap.append(reg.bitmap[row])
-            out_exp.append(reg.exp[row])
-            out_level.append(reg.level[row])
-            out_epoch.append(e)
+        done_k = [k for k, _ in done]
+        tally[_RESULTS] += len(done)
+        tally[_RESULTS + 1] += sum([flen[k] for k in done_k])
+        out_k += done_k
+        out_bitmap += [r_bitmap[row] for _, row in done]
+        out_exp += [r_exp[row] for _, row in done]
+        out_level += [r_level[row] for _, row in done]
+        out_epoch += [e] * len(done)
         return True
 
     def _flush(self, tally: list[int]) -> None:
