@@ -40,3 +40,19 @@ def test_result_copies_parses_its_options():
     result_copies.add_arguments(p)
     args = p.parse_args(["--target", "model", "--mbit", "2", "--rates", "4000", "8000"])
     assert (args.target, args.mbit, args.rates, args.workers) == ("model", 2.0, [4000.0, 8000.0], 4)
+
+
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--workers", "40"], "workers must be 1..32 per job"),
+        (["--lanes", "100000"], "lanes must be 1..4096"),
+    ],
+)
+def test_bench_sim_bad_sizes_are_usage_errors(option, says, capsys):
+    """Checked before anything runs: one line, exit 2, no traceback."""
+    assert ina_main(["bench", "sim", "--no-train", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ina bench: ") and says in err and "Traceback" not in err

@@ -403,16 +403,17 @@ class TransportCore:
             & ((hdr["flags"] & _REPLY) != 0)
         )
         joins = ours & (hdr["op"] == _JOIN)
-        if joins.any():
+        n_joins = int(np.count_nonzero(joins))
+        if n_joins:
             self._receive_join(hdr[joins], now[joins])
+            ours &= ~joins
         call = self._call
         if call is None or self.epoch is None:
-            self.stats.ignored += k - int(joins.sum())
+            self.stats.ignored += k - n_joins
             return
         chunk = (hdr["seq"].astype(np.int64) - call.base) & _MASK32
-        ok = ours & ~joins & (hdr["epoch"] == self.epoch) & (chunk < call.C)
-        self.stats.ignored += int((~ok & ~joins).sum())
-        rows = np.flatnonzero(ok)
+        rows = np.flatnonzero(ours & (hdr["epoch"] == self.epoch) & (chunk < call.C))
+        self.stats.ignored += k - n_joins - rows.size
         if rows.size:
             self._receive_data(call, hdr, rx, rows, chunk[rows], now)
 
