@@ -61,9 +61,7 @@ def _scale_numpy(x: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray) 
     n = x.size
     whole = n // block
     m = whole * block
-    np.multiply(
-        x[:m].reshape(whole, block), scale[:whole, None], out=out[:m].reshape(whole, block)
-    )
+    np.multiply(x[:m].reshape(whole, block), scale[:whole, None], out=out[:m].reshape(whole, block))
     if m < n:
         np.multiply(x[m:], scale[whole], out=out[m:])
     return out
