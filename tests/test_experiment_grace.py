@@ -45,3 +45,16 @@ def test_a_small_matrix_runs_in_parallel_and_trains_alike_in_both_networks(tmp_p
     assert by["quiet-100G", "signsgd"]["path"] == "sum"
     text = (tmp_path / "summary.md").read_text()
     assert "| signsgd | sum |" in text and "| yes |" in text
+
+
+def test_a_diverging_method_is_a_row_not_a_crash(tmp_path):
+    """At a learning rate far too large the run diverges: the sweep goes on, and the row
+    says where (it has no final metric)."""
+    argv = ["experiment", "grace", "--sim", "--workloads", "mnist1d", "--max-steps", "30"]
+    argv += ["--methods", "none", "--networks", "quiet-100G", "--lr", "1e6", "--eval-every", "2"]
+    argv += ["--repeats", "1", "--out", str(tmp_path)]
+    assert ina_main(argv) == 0
+    (row,) = list(csv.DictReader(open(tmp_path / "results.csv")))
+    step = int(row["diverged_at_step"])
+    assert 0 < step < 30 and int(row["steps"]) == step
+    assert f"| diverged at step {step} |" in (tmp_path / "summary.md").read_text()

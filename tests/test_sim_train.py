@@ -66,6 +66,23 @@ def test_training_reaches_a_target_and_time_follows_the_network(tmp_path):
     assert s["time_to_target_s"] > f["time_to_target_s"] + f["steps"] * 9_610 * 4 * 8 / 100e6
 
 
+def test_a_diverging_run_stops_with_one_line_and_its_results(tmp_path):
+    """A learning rate far too large: the loss becomes infinite or NaN within a few steps.
+    The run stops at that step with one line (no traceback), exit 1, and writes what it
+    has (the steps so far and where it diverged)."""
+    args = ["--workers", "2", "--epochs", "2", "--step-log", "--lr", "1e6", *FIXED]
+    r, out = train(tmp_path, "diverged", *args)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("ina train: training diverged at step")
+    res = json.loads((out / "result.json").read_text())
+    step = res["diverged_at_step"]
+    assert step is not None and res["steps"] == step and res["diverged_worker"] in (0, 1)
+    assert f"diverged at step {step}" in r.stderr
+    with open(out / "steps.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == step  # every step before it, logged
+
+
 def test_compressed_and_dc2_training_run_in_simulation(tmp_path):
     r, out = train(
         tmp_path, "dc2", "--workers", "4", "--max-steps", "12", "--compression", "dc2",

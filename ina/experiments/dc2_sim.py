@@ -215,7 +215,9 @@ def run_job(job: dict) -> dict:
                 scenario = {s.name: s for s in scenario.states()}[job["state"]].scenario
             models = train_cli.scenario_models(targs, scenario)
             config = train_cli.make_config(targs, where, None)
-            sim_train.main(targs, config, *models)
+            if sim_train.main(targs, config, *models) != 0:
+                r = json.loads((where / "result.json").read_text())
+                raise sim_train.Diverged(r["diverged_at_step"], r["diverged_worker"])
     except Exception as e:
         (where / "error.txt").write_text(traceback.format_exc())
         return {**row, "error": f"{type(e).__name__}: {e}".splitlines()[0]}

@@ -158,11 +158,19 @@ def train_one(run: Run) -> dict:
         "steps_to_target": reached[0] if reached else None,
         "time_to_target_s": reached[1] if reached else None,
         "final_metric": result["final_metric"],
+        "diverged_at_step": result["diverged_at_step"],
         "bytes_sent": result["bytes_sent_per_worker"][0],
         "retransmissions": sum(result["retransmissions_per_worker"]),
         "final_digest": result["final_digest"],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _final(row: dict) -> str:
+    """The final metric, or where the run diverged (it stopped there: no final metric)."""
+    if row.get("diverged_at_step") not in (None, ""):
+        return f"diverged at step {int(row['diverged_at_step'])}"
+    return f"{row['final_metric']:.4f}"
 
 
 def gradient_size(workload: str, seed: int) -> int:
@@ -360,6 +368,6 @@ def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float
                 f"| {m.replace(':', ' ')} | {first['path']} | {first['ratio']:.2f}x "
                 f"| {first['codec_mb_s']:.0f} | "
                 + " | ".join(cells)
-                + f" | {first['final_metric']:.4f} | {'yes' if same else 'NO'} |"
+                + f" | {_final(first)} | {'yes' if same else 'NO'} |"
             )
     return "\n".join(lines) + "\n"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -113,6 +114,18 @@ def buckets_of(model: torch.nn.Module) -> list[SimBucket]:
     return [
         SimBucket(i, [params[j] for j in g], i == len(groups) - 1) for i, g in enumerate(groups)
     ]
+
+
+class Diverged(Exception):
+    """A worker's loss or gradient is not finite: the run cannot go on (the allreduce has
+    no encoding for NaN or infinity), and every later step would be meaningless anyway."""
+
+    def __init__(self, step: int, worker: int) -> None:
+        super().__init__(
+            f"training diverged at step {step}: worker {worker}'s loss or gradient is not "
+            f"finite (a smaller --lr may help)"
+        )
+        self.step, self.worker = step, worker
 
 
 class SimTraining:
@@ -229,6 +242,8 @@ class SimTraining:
                 loss = loss_fn(self.model(x), y)
                 loss.backward()
                 grads = [b.gather() for b in self.buckets]  # the model is shared: copy now
+                if not (torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)):
+                    raise Diverged(step, w)  # stops the simulation (`SimNetwork.run`)
                 self.losses.setdefault(step, []).append(float(loss.item()) * len(y))
                 wall = time.perf_counter() - wall0 + self._not_codec[w]
                 self._not_codec[w] = 0.0
@@ -371,7 +386,11 @@ class SimTraining:
 
     def run(self) -> dict:
         net = self.net
-        steps = net.run([self.program(w) for w in range(self.spec.workers)])
+        try:
+            steps = net.run([self.program(w) for w in range(self.spec.workers)])
+            diverged = None
+        except Diverged as e:  # a result all the same: the steps up to it, and where
+            steps, diverged = [e.step], e
         wall = time.perf_counter() - self.wall0
         stats = [w.stats for w in self.workers]
         links = net.links()
@@ -395,6 +414,8 @@ class SimTraining:
             "final_metric": self.epochs[-1][self.metric.column] if self.epochs else None,
             "target": self.target,
             "steps": int(steps[0]),
+            "diverged_at_step": None if diverged is None else diverged.step,
+            "diverged_worker": None if diverged is None else diverged.worker,
             "sim_seconds": net.now,
             "time_to_target_s": self.target_time,
             "step_ms_mean": 1e3 * net.now / max(int(steps[0]), 1),
@@ -438,7 +459,10 @@ def print_summary(r: dict) -> None:
     print("\nsummary (simulated)")
     print(f"  {'network':<28} {r['network']}")
     print(f"  {'compute, codec':<28} {r['compute']}, {r['codec']}")
-    print(f"  {'final ' + r['metric']:<28} {r['final_metric']:.4f} on the test set")
+    if r["diverged_at_step"] is not None:
+        print(f"  {'diverged':<28} at step {r['diverged_at_step']}: the run stopped there")
+    if r["final_metric"] is not None:
+        print(f"  {'final ' + r['metric']:<28} {r['final_metric']:.4f} on the test set")
     print(
         f"  {'simulated time':<28} {r['sim_seconds']:.4f} s for {r['steps']} steps "
         f"({r['step_ms_mean']:.3f} ms per step)"
@@ -477,4 +501,10 @@ def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, cod
     r = sim.run()
     print_summary(r)
     print(f"\nwrote {out}/metrics.csv, result.json")
+    if r["diverged_at_step"] is not None:
+        print(
+            f"ina train: training diverged at step {r['diverged_at_step']} (a smaller --lr may help)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
