@@ -245,7 +245,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rates", default="10,25,50", help="link rates in Mbit/s, comma list")
     p.add_argument("--profiles", default="none,low", help="delay profiles, comma list")
     p.add_argument("--size", type=int, default=SIZE, help="float32 values per allreduce")
-    p.add_argument("--iters", type=int, default=3, help="allreduce calls measured")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=8,
+        help="allreduce calls measured, their median (a call or three after the join are "
+        "the window's and the timeout's start-up on the wall clock: the median needs more)",
+    )
     p.add_argument("--steps", type=int, default=10, help="training steps per run")
     p.add_argument("--what", default="allreduce,train", help="allreduce, train, or both")
     p.add_argument("--lanes", type=int, default=LANES, help="lanes per packet")
