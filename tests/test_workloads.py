@@ -92,6 +92,22 @@ def test_pytext_windows_come_from_sorted_stdlib_files_held_out_by_file():
     assert torch.equal(load_dataset("pytext", seed=1).test_x, d.test_x)  # the seed shuffles only
 
 
+def test_pytext_reads_another_stdlib_named_by_the_environment(tmp_path, monkeypatch):
+    # a corpus made under another Python: its files, not this interpreter's, become the text
+    L = textdata.SEQ_LEN
+    for i in range(12):
+        (tmp_path / f"m{i:02d}.py").write_bytes(f"# file {i}\n".encode() * 400)
+    monkeypatch.setenv(textdata.STDLIB_ENV, str(tmp_path))
+    assert [f.name for f in textdata.stdlib_files()] == [f"m{i:02d}.py" for i in range(12)]
+    d = load_dataset("pytext", seed=0)
+    assert textdata.decode(d.test_x[0]) == ("# file 0\n" * 8)[:L]  # file 0 is held out
+    assert textdata.decode(d.train_x[0]) == ("# file 1\n" * 8)[:L]
+    assert len(d.test_x) == (400 * 9 + 400 * 10 - 1) // L  # files 0 and 10 (9 and 10 bytes a line)
+    monkeypatch.setenv(textdata.STDLIB_ENV, str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="missing: no"):
+        load_dataset("pytext", seed=0)
+
+
 def test_text_vocabulary():
     ids = textdata.encode("def f(x):\n\treturn x  # é".encode())
     assert textdata.decode(ids) == "def f(x):\n\treturn x  # \ufffd\ufffd"  # 2 UTF-8 bytes

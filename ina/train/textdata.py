@@ -17,13 +17,16 @@ deterministically:
    position is the next character.
 
 The corpus depends on the Python version (its stdlib differs), not on anything else: the run's
-seed only shuffles the windows (`ina.train.data.shard`). Scores are bits per character on the
+seed only shuffles the windows (`ina.train.data.shard`). To train on another version's corpus
+(to repeat a run made under Python 3.11 on a machine with 3.12, say), point the environment
+variable ``INA_PYTEXT_STDLIB`` at a folder holding that version's top-level ``*.py`` files. Scores are bits per character on the
 held-out windows: mean cross-entropy in nats over ln 2.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sysconfig
 from pathlib import Path
 
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 SEQ_LEN = 64  # characters per window: long enough for an LSTM to use a line's context
+STDLIB_ENV = "INA_PYTEXT_STDLIB"  # another Python's stdlib folder, for a corpus made elsewhere
 TRAIN_BYTES = 2_000_000  # 31,249 windows: more than the few thousand steps a run takes
 TEST_BYTES = 100_000  # 1,562 windows: bits per character to about 0.005 (measured spread)
 HELD_OUT_EVERY = 10  # every tenth file is held out
@@ -44,8 +48,9 @@ _LOOKUP[np.frombuffer(_CHARS, np.uint8)] = np.arange(len(_CHARS))
 
 
 def stdlib_files(root: str | Path | None = None) -> list[Path]:
-    """The top-level ``*.py`` files of the standard library (or of ``root``), sorted."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
+    """The top-level ``*.py`` files of ``root``, else of ``$INA_PYTEXT_STDLIB``, else of this
+    Python's standard library; sorted."""
+    root = Path(root or os.environ.get(STDLIB_ENV) or sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.glob("*.py") if p.is_file())
     if not files:
         raise FileNotFoundError(f"{root}: no *.py files (the Python sources are not installed)")
@@ -96,7 +101,7 @@ def load_pytext(seed: int = 0, path: str | None = None):
 
     if path:
         raise ValueError("pytext reads the Python standard library's sources: it takes no path")
-    train, test, _, _ = _corpus(None)
+    train, test, _, _ = _corpus(os.environ.get(STDLIB_ENV) or None)
     xtr, ytr = windows(encode(train), SEQ_LEN)
     xte, yte = windows(encode(test), SEQ_LEN)
     if len(xte) == 0 or len(xtr) == 0:
