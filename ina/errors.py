@@ -19,6 +19,23 @@ class UsageError(ValueError):
     A ValueError, so library callers that catch ValueError for bad values still do."""
 
 
+class NonFiniteError(ValueError):
+    """An allreduce input holds NaN or infinity: fixed point has no encoding for it, and
+    a sum with it would be meaningless (the model has diverged, almost always)."""
+
+
+class Diverged(Exception):
+    """A worker's loss or gradient is not finite: the run cannot go on (the allreduce has
+    no encoding for NaN or infinity), and every later step would be meaningless anyway."""
+
+    def __init__(self, step: int, worker: int) -> None:
+        super().__init__(
+            f"training diverged at step {step}: worker {worker}'s loss or gradient is not "
+            f"finite (a smaller --lr may help)"
+        )
+        self.step, self.worker = step, worker
+
+
 def run_command(prog: str, main: Callable[..., int | None], *args) -> int:
     """``main(*args)``'s exit status (its int result; 0 for None or any other result), or 2
     after printing ``prog: message`` for a `UsageError`."""

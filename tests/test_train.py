@@ -236,6 +236,29 @@ def test_dead_worker_fails_the_others_and_the_switch_serves_the_next_run(tmp_pat
     assert counters["aggregated"][0] > 0
 
 
+def test_diverging_run_ends_with_one_line_per_rank_and_no_traceback(tmp_path):
+    # lr 1e8 makes the loss infinite within a few steps: each rank says so in one line,
+    # torchrun's own failure report (a traceback and a table per rank) stays out of it
+    cmd = [sys.executable, "-m", "ina.train.cli", "--out", str(tmp_path), "--no-progress"]
+    cmd += ["--workers", "2", "--epochs", "1", "--lr", "1e8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("ina train: FAILED: rank 0: training diverged at step ")
+    for r in (0, 1):
+        line = next(ln for ln in lines if ln.startswith(f"ina train: rank {r}: "))
+        assert "a smaller --lr may help" in line and f"worker {r}'s loss or gradient" in line
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_torchrun_wrapper_names_deaths_our_ranks_did_not_report():
+    from ina.train.torchrun import _death
+
+    assert _death(-9) == "killed by SIGKILL" and _death(-200) == "killed by signal 200"
+    assert _death(3) == "exited with status 3"
+
+
 # -- data and configuration (no processes) ----------------------------------------------
 
 
@@ -311,4 +334,4 @@ def test_cli_rejects_inconsistent_options():
         with pytest.raises(ValueError, match=msg):
             cli.validate(parse(argv))
     cmd = cli.torchrun_command(2, 1234, Path("c.json"))
-    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=2" in cmd
+    assert cmd[1:3] == ["-m", "ina.train.torchrun"] and "--nproc-per-node=2" in cmd

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ina.errors import NonFiniteError
 from ina.host.arrays import Array, ops
 from ina.protocol import EXP_BIAS, EXP_MAX, EXP_MIN, EXP_ZERO
 
@@ -31,13 +32,14 @@ def mantissa_bits(num_workers: int) -> int:
 
 
 def check_finite(x: Array) -> None:
-    """Raise ValueError naming the first NaN/Inf: they have no fixed-point encoding."""
+    """Raise `NonFiniteError` (a ValueError) naming the first NaN/Inf: they have no
+    fixed-point encoding."""
     xp = ops(x)
     flat = x.reshape(-1)
     bad = ~xp.isfinite(flat)
     if xp.any(bad):
         i = int(xp.nonzero(bad)[0])
-        raise ValueError(f"allreduce input has a non-finite value ({float(flat[i])}) at index {i}")
+        raise NonFiniteError(f"allreduce input has a non-finite value ({float(flat[i])}) at index {i}")
 
 
 def _blocks(xp, x: Array, block: int, dtype=None) -> Array:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ina.errors import Diverged
 from ina.sim.compute import CodecModel, ComputeModel, step_flops
 from ina.sim.network import NetworkSpec, SimTransport, build
 from ina.sim.nodes import Compute
@@ -114,18 +115,6 @@ def buckets_of(model: torch.nn.Module) -> list[SimBucket]:
     return [
         SimBucket(i, [params[j] for j in g], i == len(groups) - 1) for i, g in enumerate(groups)
     ]
-
-
-class Diverged(Exception):
-    """A worker's loss or gradient is not finite: the run cannot go on (the allreduce has
-    no encoding for NaN or infinity), and every later step would be meaningless anyway."""
-
-    def __init__(self, step: int, worker: int) -> None:
-        super().__init__(
-            f"training diverged at step {step}: worker {worker}'s loss or gradient is not "
-            f"finite (a smaller --lr may help)"
-        )
-        self.step, self.worker = step, worker
 
 
 class SimTraining:

@@ -8,7 +8,7 @@ What one run does:
    again without re-installing it; ``--p4runtime ADDR`` re-installs it anyway).
 2. Writes the run's configuration (hyperparameters and each rank's INA address) to
    ``OUT/config.json`` and launches ``--workers`` ranks with torchrun
-   (``torch.distributed.run``; gloo rendezvous on 127.0.0.1, a free port), each running
+   (`ina.train.torchrun`, torchrun quiet about failures the ranks report; gloo rendezvous on 127.0.0.1, a free port), each running
    `ina.train.worker_main`: DDP with the INA communication hook (``--backend ina``) or with
    plain gloo allreduce (``--backend gloo``, the baseline).
 3. Rank 0 prints per-epoch loss and accuracy (with a tqdm bar on a terminal); at the end this
@@ -507,11 +507,12 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
 
 
 def torchrun_command(num_workers: int, master_port: int, config_path: Path) -> list[str]:
-    """torchrun on one node: ``num_workers`` ranks, static rendezvous on 127.0.0.1."""
+    """torchrun on one node: ``num_workers`` ranks, static rendezvous on 127.0.0.1 (through
+    `ina.train.torchrun`, which leaves the reporting of a failed rank to the rank)."""
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "ina.train.torchrun",
         "--nnodes=1",
         f"--nproc-per-node={num_workers}",
         "--master-addr=127.0.0.1",

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ina.errors import Diverged, NonFiniteError
 from ina.train.hook import ina_allreduce_hook
 from ina.train.models import num_parameters
 from ina.train.workloads import build_rank, evaluate, loss_fn, resolve
@@ -385,6 +386,8 @@ class Run:
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         loss = loss_fn(self.ddp(x), y)
+        if not torch.isfinite(loss):  # before backward: NaN would reach the allreduce
+            raise Diverged(self.step + 1, self.rank)
         loss.backward()  # DDP allreduces the buckets here (the hook, or gloo)
         self.opt.step()
         t1 = time.perf_counter()
@@ -581,10 +584,14 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # report once, clearly, then leave without waiting on peers
         root = e
         # an INA failure inside backward reaches us wrapped by autograd: report the original
-        state = getattr(ctx.get("run"), "state", None)
+        run = ctx.get("run")
+        state = getattr(run, "state", None)
         if state is not None and state.error is not None:
             root = state.error
-        msg = f"rank {rank}: {type(root).__name__}: {root}"
+        if isinstance(root, NonFiniteError) and run is not None:  # a finite loss, NaN grads
+            root = Diverged(run.step + 1, rank)
+        why = str(root) if isinstance(root, Diverged) else f"{type(root).__name__}: {root}"
+        msg = f"rank {rank}: {why}"
         print(f"ina train: {msg}", file=sys.stderr, flush=True)
         try:
             Path(config["out"], f"error_rank{rank}.txt").write_text(
