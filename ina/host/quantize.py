@@ -39,7 +39,9 @@ def check_finite(x: Array) -> None:
     bad = ~xp.isfinite(flat)
     if xp.any(bad):
         i = int(xp.nonzero(bad)[0])
-        raise NonFiniteError(f"allreduce input has a non-finite value ({float(flat[i])}) at index {i}")
+        raise NonFiniteError(
+            f"allreduce input has a non-finite value ({float(flat[i])}) at index {i}"
+        )
 
 
 def _blocks(xp, x: Array, block: int, dtype=None) -> Array:
