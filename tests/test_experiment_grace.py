@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from ina.cli import main as ina_main
+from ina.experiments import grace
 
 
 @pytest.mark.parametrize(
@@ -17,6 +18,7 @@ from ina.cli import main as ina_main
         (["--sim", "--methods", "qsgd:levels=x"], "levels='x'"),
         (["--sim", "--workloads", "imagenet"], "unknown workload 'imagenet'"),
         (["--sim", "--networks", "moon"], "unknown network 'moon'"),
+        (["--sim", "--reuse", "/nonexistent/grace"], "not an earlier output of this experiment"),
     ],
 )
 def test_bad_options_are_one_line_errors(args, message, capsys, tmp_path):
@@ -58,3 +60,50 @@ def test_a_diverging_method_is_a_row_not_a_crash(tmp_path):
     step = int(row["diverged_at_step"])
     assert 0 < step < 30 and int(row["steps"]) == step
     assert f"| diverged at step {step} |" in (tmp_path / "summary.md").read_text()
+
+
+def test_share_training_stops_later_networks_at_the_target_with_the_same_times(tmp_path, capsys):
+    """--share-training runs the second network only to the first's steps to target; with
+    the codec throughputs of a full run (--reuse), its time to target is the full run's to
+    the nanosecond, and the first network's runs are taken as they are."""
+    argv = ["experiment", "grace", "--sim", "--workloads", "pytext", "--max-steps", "4"]
+    argv += ["--methods", "none,signsgd", "--eval-every", "2", "--target", "7"]
+    argv += ["--repeats", "1", "--parallel", "2"]  # none: 7 bits/char at step 2; signsgd never
+    full, shared = tmp_path / "full", tmp_path / "shared"
+    assert ina_main([*argv, "--out", str(full)]) == 0
+    capsys.readouterr()
+    assert ina_main([*argv, "--share-training", "--reuse", str(full), "--out", str(shared)]) == 0
+    printed = capsys.readouterr().out
+    assert "0 training runs, 2 at a time (2 reused)" in printed  # the first network's
+    assert "measuring" not in printed  # the codec throughputs are the full run's
+    before = {(r["network"], r["method"]): r for r in grace.read_results(full / "results.csv")}
+    after = {(r["network"], r["method"]): r for r in grace.read_results(shared / "results.csv")}
+    for m in ("none", "signsgd"):
+        assert after["quiet-100G", m]["wall_s"] == before["quiet-100G", m]["wall_s"]  # reused
+        assert after["slow-1G", m]["same_training"] is True
+    slow, ref = after["slow-1G", "none"], before["slow-1G", "none"]
+    assert slow["steps"] == slow["steps_to_target"] == 2 < ref["steps"] == 4
+    assert slow["time_to_target_s"] == ref["time_to_target_s"]
+    # never at the target: min(PROBE_STEPS, --max-steps) steps for the step time
+    slow, ref = after["slow-1G", "signsgd"], before["slow-1G", "signsgd"]
+    assert slow["steps_to_target"] is None and slow["steps"] == 4
+    assert slow["step_ms"] == ref["step_ms"]
+    text = (shared / "summary.md").read_text()
+    assert "--share-training" in text and text.count("| yes |") == 2
+
+
+def test_later_steps_and_the_same_steps_check(tmp_path):
+    run = grace.Run("pytext", "slow-1G", "none", 1e8, 2000, 2.3, 50, 4, "fixed:5ms", 32, 0, "x")
+    row = {"steps_to_target": None, "diverged_at_step": None}
+    assert grace.later_steps({**row, "steps_to_target": 650}, run) == 650
+    assert grace.later_steps({**row, "diverged_at_step": 205}, run) == 205
+    assert grace.later_steps(row, run) == grace.PROBE_STEPS
+    head = "step,time_s,loss,test_bpc\n"
+    for name, body in (("a", "1,0.1,4.5,\n2,0.2,4.25,6.1\n"), ("b", "1,0.3,4.5,\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "steps.csv").write_text(head + body)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "steps.csv").write_text(head + "1,0.3,4.500001,\n")
+    a, b, c = (str(tmp_path / x) for x in "abc")
+    assert grace.same_steps(a, b, "test_bpc")  # times differ, the training does not
+    assert not grace.same_steps(a, c, "test_bpc")

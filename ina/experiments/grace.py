@@ -16,6 +16,14 @@ Per method (a row of `ina.bench.compressors.DEFAULT_ROWS`, or ``--methods``):
   the first evaluation at the target gives the steps and the simulated time (runs do not stop
   there, so the final metric is after ``--max-steps``).
 
+  With ``--share-training``, only the first network's runs go to ``--max-steps``: the others
+  stop at its steps to target (`later_steps`), which is all their time to target needs, and
+  the table checks that their losses and evaluations equal the first network's on every step
+  both ran (`same_steps`): most of the later networks' CPU time is saved. ``--reuse DIR``
+  takes the runs an earlier output already holds (same configuration, same codec
+  throughputs from its ``stats.json``): a matrix can grow by a network or a method, or the
+  second phase of ``--share-training`` follow a first run made alone.
+
 The two networks are defined here, explicitly (`NETWORKS`): a quiet datacenter (100 Gbit/s
 links, 1 us propagation, a switch at line rate) and a slow network (1 Gbit/s links, 50 us
 propagation). Compute per step is ``--compute`` (fixed by default, so every number is a
@@ -163,6 +171,7 @@ def train_one(run: Run) -> dict:
         "retransmissions": sum(result["retransmissions_per_worker"]),
         "final_digest": result["final_digest"],
         "wall_s": time.perf_counter() - t0,
+        "run_dir": str(out),
     }
 
 
@@ -223,8 +232,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute", default="fixed:5ms", help="compute per step (ina.sim.compute)")
     p.add_argument("--repeats", type=int, default=5, help="timed codec runs per method (least)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--share-training",
+        action="store_true",
+        help="train to --max-steps in the first network only; in the others, only as far as "
+        "the time to target needs (the training is the same in every network)",
+    )
+    p.add_argument(
+        "--reuse",
+        metavar="DIR",
+        help="take the runs an earlier --out DIR already made with the same configuration, "
+        "and its codec throughputs, instead of running them again",
+    )
     p.add_argument("--out", default="runs/grace")
     add_sweep_arguments(p)
+
+
+def run_dir(base: str | Path, workload: str, network: str, method: str) -> Path:
+    """Where a run's files go: ``BASE/WORKLOAD/NETWORK/METHOD`` (``:`` and ``=`` dropped)."""
+    return Path(base) / workload / network / method.replace(":", "_").replace("=", "")
 
 
 def plan(args: argparse.Namespace) -> list[Run]:
@@ -258,11 +284,90 @@ def plan(args: argparse.Namespace) -> list[Run]:
                         preset[w]["target"] if args.target is None else args.target,
                         args.eval_every or preset[w]["eval_every"], args.workers, args.compute,
                         args.batch_size, args.seed,
-                        str(Path(args.out) / w / n / m.replace(":", "_").replace("=", "")),
+                        str(run_dir(args.out, w, n, m)),
                         args.lr,
                     )
                 )  # fmt: skip
     return runs
+
+
+# results.csv's columns and how to read them back (`--reuse`); the others stay strings
+_INT = ("max_steps", "eval_every", "workers", "batch_size", "seed", "steps", "bytes_sent")
+_INT_OR_NONE = ("steps_to_target", "diverged_at_step")
+_FLOAT = (
+    "codec_bytes_per_s", "target", "sim_seconds", "step_ms", "final_metric", "wall_s", "ratio",
+    "codec_mb_s",
+)  # fmt: skip
+_FLOAT_OR_NONE = ("lr", "time_to_target_s")
+# --share-training: the steps a later network's run takes when the first network's never
+# reached the target (enough for its step time; the training itself is the first's)
+PROBE_STEPS = 100
+
+
+def read_results(path: Path) -> list[dict]:
+    """``results.csv`` as `main` wrote it, with its numbers and Nones back."""
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for k in _INT:
+                row[k] = int(row[k])
+            for k in _FLOAT:
+                row[k] = float(row[k])
+            for k in _INT_OR_NONE:
+                row[k] = int(row[k]) if row.get(k) not in (None, "") else None
+            for k in _FLOAT_OR_NONE:
+                row[k] = float(row[k]) if row.get(k) not in (None, "") else None
+            row["exact"] = row.get("exact") == "True"
+            row["same_training"] = {"True": True, "False": False}.get(row.get("same_training"), "")
+            rows.append(row)
+    return rows
+
+
+def _key(r) -> tuple:
+    """What makes two runs the same run (the codec throughput comes from the same stats)."""
+    get = r.get if isinstance(r, dict) else lambda k: getattr(r, k)
+    return tuple(
+        get(k)
+        for k in ("workload", "network", "method", "max_steps", "target", "eval_every",
+                  "workers", "compute", "batch_size", "seed", "lr")
+    )  # fmt: skip
+
+
+def load_reuse(base: str) -> tuple[dict[tuple, dict], dict]:
+    """An earlier output's rows by `_key` (with their run folders) and its codec stats."""
+    base_path = Path(base)
+    try:
+        rows = read_results(base_path / "results.csv")
+        stats = json.loads((base_path / "stats.json").read_text())
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"--reuse {base}: not an earlier output of this experiment ({e})") from e
+    for row in rows:
+        row.setdefault("run_dir", "")
+        if not row["run_dir"]:
+            row["run_dir"] = str(run_dir(base, row["workload"], row["network"], row["method"]))
+    return {_key(r): r for r in rows}, stats
+
+
+def later_steps(first: dict, run: Run) -> int:
+    """--share-training: how far a later network's run must go, given the first network's
+    row: to its steps to target, to where it diverged, else `PROBE_STEPS` for the step time."""
+    for k in ("steps_to_target", "diverged_at_step"):
+        if first[k] is not None:
+            return min(first[k], run.max_steps)
+    return min(PROBE_STEPS, run.max_steps)
+
+
+def same_steps(a: str, b: str, column: str) -> bool:
+    """Whether two runs' ``steps.csv`` agree (loss and metric, to the bit) on every step both
+    ran: the same training, whatever the network's speed."""
+
+    def read(d: str) -> dict[str, tuple]:
+        with open(Path(d) / "steps.csv", newline="") as f:
+            return {r["step"]: (r["loss"], r.get(column, "")) for r in csv.DictReader(f)}
+
+    x, y = read(a), read(b)
+    common = x.keys() & y.keys()
+    return bool(common) and all(x[k] == y[k] for k in common)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -276,6 +381,7 @@ def main(args: argparse.Namespace) -> int:
         for r in runs:
             name, pairs = r.name_args
             make_communicator(name, args.workers, 0, args.seed, pairs)
+        done, reused_stats = load_reuse(args.reuse) if args.reuse else ({}, {})
     except ValueError as e:
         print(f"ina experiment grace: {e}", file=sys.stderr)
         return 2
@@ -286,18 +392,49 @@ def main(args: argparse.Namespace) -> int:
     sizes = {}
     for w in dict.fromkeys(r.workload for r in runs):
         sizes[w] = gradient_size(w, args.seed)
-        methods = list(dict.fromkeys(r.method for r in runs if r.workload == w))
-        print(
-            f"measuring {len(methods)} methods on {w}'s gradient ({sizes[w]:,} values)", flush=True
-        )
-        stats[w] = measure_methods(methods, sizes[w], args.workers, args.repeats)
+        stats[w] = dict(reused_stats.get(w, {}))
+        methods = [m for m in dict.fromkeys(r.method for r in runs if r.workload == w)]
+        methods = [m for m in methods if m not in stats[w]]
+        if methods:
+            print(
+                f"measuring {len(methods)} methods on {w}'s gradient ({sizes[w]:,} values)",
+                flush=True,
+            )
+            stats[w].update(measure_methods(methods, sizes[w], args.workers, args.repeats))
     runs = [
         replace(r, codec_bytes_per_s=stats[r.workload][r.method]["best_cpu_mb_s"] * 1e6)
         for r in runs
     ]
-    print(f"{len(runs)} training runs, {args.parallel} at a time", flush=True)
-    rows = run_sweep(train_one, runs, parallel=args.parallel, cluster=args.cluster)
+
+    def sweep(batch: list[Run]) -> list[dict]:
+        todo = [r for r in batch if _key(r) not in done]
+        print(
+            f"{len(todo)} training runs, {args.parallel} at a time"
+            + (f" ({len(batch) - len(todo)} reused)" if len(todo) < len(batch) else ""),
+            flush=True,
+        )
+        made = iter(run_sweep(train_one, todo, parallel=args.parallel, cluster=args.cluster))
+        return [done[_key(r)] if _key(r) in done else next(made) for r in batch]
+
+    networks = list(dict.fromkeys(r.network for r in runs))
+    if args.share_training and len(networks) > 1:
+        first = sweep([r for r in runs if r.network == networks[0]])
+        by = {(row["workload"], row["method"]): row for row in first}
+        later = [
+            replace(r, max_steps=later_steps(by[r.workload, r.method], r))
+            for r in runs
+            if r.network != networks[0]
+        ]
+        rows = first + sweep(later)
+        for row in rows:
+            f = by[row["workload"], row["method"]]
+            row["same_training"] = row is f or same_steps(
+                f["run_dir"], row["run_dir"], row["metric"]
+            )
+    else:
+        rows = sweep(runs)
     for row in rows:
+        row.setdefault("same_training", "")
         s = stats[row["workload"]][row["method"]]
         row.update(
             path=s["path"], ratio=s["ratio"], codec_mb_s=s["best_cpu_mb_s"], exact=s["exact"]
@@ -334,6 +471,15 @@ def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float
         )
         + f"; {wall:.0f} s wall on {os.cpu_count()} cores",
     ]
+    if args.share_training and len(networks) > 1:
+        lines += [
+            "",
+            f"--share-training: each method trained to the end in {networks[0]} only; in the "
+            f"other networks it ran to {networks[0]}'s steps to target (or where it diverged, "
+            f"or {PROBE_STEPS} steps for the step time where it never reached the target), and "
+            "its losses and evaluations matched the first network's on every step both ran "
+            "(the last column). The final metric is the first network's.",
+        ]
     for w in dict.fromkeys(r["workload"] for r in rows):
         wr = [r for r in rows if r["workload"] == w]
         target, metric = wr[0]["target"], wr[0]["metric"]
@@ -363,7 +509,8 @@ def summary(rows: list[dict], args: argparse.Namespace, sizes: dict, wall: float
                     else "not reached"
                 )
                 cells.append(f"{r['step_ms']:.2f}")
-            same = len({r["final_digest"] for r in by.values()}) == 1
+            checked = [r["same_training"] for r in by.values() if r.get("same_training") != ""]
+            same = all(checked) if checked else len({r["final_digest"] for r in by.values()}) == 1
             lines.append(
                 f"| {m.replace(':', ' ')} | {first['path']} | {first['ratio']:.2f}x "
                 f"| {first['codec_mb_s']:.0f} | "
