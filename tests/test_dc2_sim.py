@@ -58,6 +58,17 @@ def test_seeds_run_each_cell_once_per_seed_and_each_state_once(tmp_path):
     assert len(states) == 2 * 2 and all(j["seed"] == 5 for j in states)  # first seed only
 
 
+def test_a_law_runs_its_default_or_a_whole_other_configuration_named_in_full(tmp_path):
+    from ina.experiments.dc2_sim import label
+
+    args = parse("--scenarios", "quiet-dc", "--levels", "0.01", "--laws",
+                 "ownq,ownq:share=0.15", "--out", str(tmp_path))  # fmt: skip
+    laws = [c for c in args.config_list if c.kind == "dc2"]
+    assert [c.spec for c in laws] == [DC2_DEFAULT["ownq"], "ownq:share=0.15"]
+    assert [label(c) for c in laws] == ["DC2 ownq", "DC2 ownq:share=0.15"]
+    assert len({j["dir"] for j in plan(args)}) == 4  # dense, 0.01, and each law in its own
+
+
 def test_bad_seed_count_is_a_one_line_error():
     with pytest.raises(ValueError, match="--seeds must be >= 1"):
         parse("--seeds", "0")
@@ -166,6 +177,7 @@ def test_seeds_are_averaged_before_regret_and_oracle():
         (["--scenarios", "nowhere"], "unknown scenario 'nowhere'"),
         (["--targets", "mnist1d:0.5"], "--targets takes WORKLOAD=VALUE"),
         (["--laws", "pid"], "unknown law(s)"),
+        (["--laws", "ownq:share=2"], "share must be in (0, 1), got 2"),
         (["--levels", "lots"], "--levels takes densities"),
     ],
 )

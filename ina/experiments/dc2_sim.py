@@ -107,7 +107,8 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         "--laws",
         default=DEFAULT_LAWS,
         help=f"DC2 laws, each with its one default configuration (DC2_DEFAULT; default "
-        f"{DEFAULT_LAWS}; known: {', '.join(DC2_DEFAULT)})",
+        f"{DEFAULT_LAWS}; known: {', '.join(DC2_DEFAULT)}), or a whole other configuration "
+        "LAW:k=v:... to study (named in full in the tables)",
     )
     g.add_argument(
         "--targets",
@@ -153,7 +154,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     except ValueError:
         raise ValueError(f"--levels takes densities, got {args.levels!r}") from None
     laws = _split(args.laws)
-    unknown = [law for law in laws if law not in DC2_DEFAULT]
+    unknown = [law for law in laws if law.split(":")[0] not in DC2_DEFAULT]
     if unknown:
         raise ValueError(f"unknown law(s) {unknown}; known: {', '.join(DC2_DEFAULT)}")
     args.target_map = {}
@@ -166,7 +167,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         except ValueError:
             raise ValueError(f"--targets takes WORKLOAD=VALUE, got {item!r}") from None
     args.config_list = parse_configs(
-        ",".join(["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT[x] for x in laws)])
+        ",".join(["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT.get(x, x) for x in laws)])
     )
     if args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
@@ -184,7 +185,10 @@ def _split(text: str) -> list[str]:
 
 
 def label(cfg: Config) -> str:
-    return f"DC2 {cfg.law}" if cfg.kind == "dc2" else cfg.label
+    """``DC2 LAW`` for a law's default configuration; another one is named in full."""
+    if cfg.kind != "dc2":
+        return cfg.label
+    return f"DC2 {cfg.law}" if DC2_DEFAULT.get(cfg.law) == cfg.spec else f"DC2 {cfg.spec}"
 
 
 # ---- one run (a module-level function: run_sweep ships it to processes by name) ------------
