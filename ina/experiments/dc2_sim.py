@@ -167,7 +167,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         except ValueError:
             raise ValueError(f"--targets takes WORKLOAD=VALUE, got {item!r}") from None
     args.config_list = parse_configs(
-        ",".join(["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT.get(x, x) for x in laws)])
+        ",".join(
+            ["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT.get(x, x) for x in laws)]
+        )
     )
     if args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
