@@ -63,7 +63,14 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[n:]:
             ax.axis("off")
-        handles, labels = axes.flat[0].get_legend_handles_labels()
+        legend: dict = {}  # label -> handle, from every panel (the first may have no runs)
+        for ax in axes.flat:
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(lab, h)
+        if not legend:  # a --replot of results.csv without the runs' folders: no curves
+            plt.close(fig)
+            continue
+        handles, labels = list(legend.values()), list(legend)
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8,
                    frameon=False)  # fmt: skip
         fig.suptitle(f"{w}: {wl.metric.name} against simulated time, seed "
