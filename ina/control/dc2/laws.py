@@ -322,7 +322,7 @@ class OwnQueueLaw(ControlLaw):
 
     def __init__(
         self,
-        share: float = 0.4,
+        share: float = 0.24,
         gain: float = 0.5,
         deadband: float = 0.2,
         max_step: float = math.log(4),
