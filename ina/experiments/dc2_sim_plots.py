@@ -174,8 +174,9 @@ def plot_regret(table: dict, args, out: Path) -> list[Path]:
                    color=cmap(i / max(len(names) - 1, 1)), label=name)  # fmt: skip
         ax.axhline(GOAL_REGRET, color="green", ls="--", lw=1, label=f"{GOAL_REGRET}x (DC2 goal)")
         ax.axhline(GOAL_FIXED_REGRET, color="red", ls=":", lw=1, label=f"{GOAL_FIXED_REGRET}x")
-        ax.set_xticks(np.arange(len(configs)), [label(c) for c in configs], fontsize=8,
-                      rotation=20)  # fmt: skip
+        # a configuration named in full (not a law's default) gets a line per parameter
+        names = [label(c).replace(":", "\n") for c in configs]
+        ax.set_xticks(np.arange(len(configs)), names, fontsize=8, rotation=20)
         ax.set_yscale("log")
         ax.set_ylabel("time to target / best fixed level's")
         ax.set_title(f"{w}: regret per method and scenario (at the top: not reached)", fontsize=10)
