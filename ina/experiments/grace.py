@@ -323,14 +323,15 @@ def read_results(path: Path) -> list[dict]:
     return rows
 
 
-def _key(r) -> tuple:
-    """What makes two runs the same run (the codec throughput comes from the same stats)."""
-    get = r.get if isinstance(r, dict) else lambda k: getattr(r, k)
-    return tuple(
-        get(k)
-        for k in ("workload", "network", "method", "max_steps", "target", "eval_every",
-                  "workers", "compute", "batch_size", "seed", "lr")
-    )  # fmt: skip
+_KEY = ("workload", "network", "method", "max_steps", "target", "eval_every", "workers",
+        "compute", "batch_size", "seed", "lr")  # fmt: skip
+
+
+def _key(r: Run | dict) -> tuple:
+    """What makes two runs the same run (a `Run`, or its row of results.csv: the codec
+    throughput comes from the same stats)."""
+    d = r if isinstance(r, dict) else asdict(r)
+    return tuple(d[k] for k in _KEY)
 
 
 def load_reuse(base: str) -> tuple[dict[tuple, dict], dict]:
@@ -341,9 +342,8 @@ def load_reuse(base: str) -> tuple[dict[tuple, dict], dict]:
         stats = json.loads((base_path / "stats.json").read_text())
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"--reuse {base}: not an earlier output of this experiment ({e})") from e
-    for row in rows:
-        row.setdefault("run_dir", "")
-        if not row["run_dir"]:
+    for row in rows:  # outputs made before rows named their folder: the planned one
+        if not row.get("run_dir"):
             row["run_dir"] = str(run_dir(base, row["workload"], row["network"], row["method"]))
     return {_key(r): r for r in rows}, stats
 
@@ -393,8 +393,8 @@ def main(args: argparse.Namespace) -> int:
     for w in dict.fromkeys(r.workload for r in runs):
         sizes[w] = gradient_size(w, args.seed)
         stats[w] = dict(reused_stats.get(w, {}))
-        methods = [m for m in dict.fromkeys(r.method for r in runs if r.workload == w)]
-        methods = [m for m in methods if m not in stats[w]]
+        methods = [m for m in dict.fromkeys(r.method for r in runs if r.workload == w)
+                   if m not in stats[w]]  # fmt: skip
         if methods:
             print(
                 f"measuring {len(methods)} methods on {w}'s gradient ({sizes[w]:,} values)",

@@ -8,9 +8,10 @@ What one run does:
    again without re-installing it; ``--p4runtime ADDR`` re-installs it anyway).
 2. Writes the run's configuration (hyperparameters and each rank's INA address) to
    ``OUT/config.json`` and launches ``--workers`` ranks with torchrun
-   (`ina.train.torchrun`, torchrun quiet about failures the ranks report; gloo rendezvous on 127.0.0.1, a free port), each running
-   `ina.train.worker_main`: DDP with the INA communication hook (``--backend ina``) or with
-   plain gloo allreduce (``--backend gloo``, the baseline).
+   (`ina.train.torchrun`: torchrun, quiet about failures the ranks report; gloo rendezvous
+   on 127.0.0.1, a free port), each running `ina.train.worker_main`: DDP with the INA
+   communication hook (``--backend ina``) or with plain gloo allreduce (``--backend gloo``,
+   the baseline).
 3. Rank 0 prints per-epoch loss and accuracy (with a tqdm bar on a terminal); at the end this
    command prints the summary (accuracy, time per iteration, bytes each worker sent) and the
    switch's aggregation counters, and writes ``OUT/summary.json``.

@@ -19,8 +19,8 @@ deterministically:
 The corpus depends on the Python version (its stdlib differs), not on anything else: the run's
 seed only shuffles the windows (`ina.train.data.shard`). To train on another version's corpus
 (to repeat a run made under Python 3.11 on a machine with 3.12, say), point the environment
-variable ``INA_PYTEXT_STDLIB`` at a folder holding that version's top-level ``*.py`` files. Scores are bits per character on the
-held-out windows: mean cross-entropy in nats over ln 2.
+variable ``INA_PYTEXT_STDLIB`` at a folder holding that version's top-level ``*.py`` files.
+Scores are bits per character on the held-out windows: mean cross-entropy in nats over ln 2.
 """
 
 from __future__ import annotations
