@@ -331,9 +331,9 @@ DENSE_CHUNKS = 100  # chunks of a dense step
 OWN_FULL = 0.004  # bottleneck service time of a dense step's chunks at the nominal rate, s
 
 
-def own_queue_loop(law, phases, lag=2, window=None, seed=0):
-    """A worker whose step computes for ``COMPUTE`` s, then sends ``max(2, ceil(100 d))``
-    chunks through a FIFO bottleneck serving one in ``OWN_FULL / 100 / capacity`` s, on top
+def own_queue_loop(law, phases, lag=2, window=None, seed=0, chunks=DENSE_CHUNKS):
+    """A worker whose step computes for ``COMPUTE`` s, then sends ``max(2, ceil(chunks d))``
+    chunks through a FIFO bottleneck serving one in ``OWN_FULL / chunks / capacity`` s, on top
     of the path's delay ``BASE + shift``; at most ``window`` chunks in flight (None: all at
     once, so they queue behind each other). ``phases``: ``(steps, capacity, shift)``. A level
     takes effect ``lag`` steps after the decision (the switch's MAX of the proposals travels
@@ -343,10 +343,10 @@ def own_queue_loop(law, phases, lag=2, window=None, seed=0):
     pending = [dc2.index] * lag
     t, out = 0.0, []
     for steps, capacity, shift in phases:
-        service = OWN_FULL / DENSE_CHUNKS / capacity
+        service = OWN_FULL / chunks / capacity
         for _ in range(steps):
             density = index_to_density(pending.pop(0))
-            n = max(2, math.ceil(DENSE_CHUNKS * density))
+            n = max(2, math.ceil(chunks * density))
             start = t + COMPUTE
             sent, arrived, free = np.empty(n), np.empty(n), start
             for i in range(n):
@@ -377,6 +377,18 @@ def test_monitor_round_statistics_cover_the_round_only():
     assert mon.snapshot(since=14).round_stream == 0.0  # one sample: no gap
 
 
+def test_a_round_longer_than_the_short_window_counts_whole():
+    """A step of 1,000 chunks (a model of 1 MB): its results' whole stream is counted, not
+    the short window's newest 256."""
+    mon = DelayMonitor()
+    times = 1.0 + np.arange(1000) * 1e-5
+    mon.add(BASE + np.arange(1000) * 1e-5, now=times)
+    s = mon.snapshot(since=0)
+    assert s.round_samples == 1000 and s.window_samples == 256
+    assert s.round_stream == pytest.approx(999e-5)
+    assert s.round_min == pytest.approx(BASE)
+
+
 def test_a_path_delay_step_does_not_push_the_own_queue_law_to_the_floor():
     """+2 ms on every sample (a longer route): no gap between results changes and the step
     gets longer, so the level never falls; the absolute delay target of the first study
@@ -396,7 +408,7 @@ def test_a_path_delay_step_does_not_push_the_own_queue_law_to_the_floor():
 def test_own_bytes_that_take_the_step_push_the_own_queue_law_to_the_floor():
     """At 1/50 of the rate even the floor's two chunks take longer than the target: the law
     goes to the floor, and back to dense when the rate returns."""
-    law = OwnQueueLaw(share=0.2, min_density=0.003)
+    law = OwnQueueLaw(share=0.2, share_low=None, min_density=0.003)
     phases = [(20, 1000.0, 0.0), (60, 0.02, 0.0), (30, 1000.0, 0.0)]
     levels, _ = own_queue_loop(law, phases)
     assert np.all(levels[:20] == 1.0)  # its bytes take no time: dense
@@ -409,7 +421,7 @@ def test_bytes_that_wait_for_the_window_count_as_much_as_bytes_that_queue():
     """A window of 2 chunks (the path's bandwidth-delay product at 1/50 of the rate, as a
     delay-based window settles): the RTTs' spread stays one service time while the bytes
     wait for the window, and the law still goes to the floor."""
-    law = OwnQueueLaw(share=0.2, min_density=0.003)
+    law = OwnQueueLaw(share=0.2, share_low=None, min_density=0.003)
     levels, dc2 = own_queue_loop(law, [(60, 0.02, 0.0)], window=2)
     assert np.all(levels[40:] == pytest.approx(0.003, rel=0.02))
     service = OWN_FULL / DENSE_CHUNKS / 0.02
@@ -419,9 +431,10 @@ def test_bytes_that_wait_for_the_window_count_as_much_as_bytes_that_queue():
 
 
 def test_the_own_queue_law_settles_where_its_bytes_are_its_share_of_the_step():
-    """Service time proportional to the bytes, lag of two steps: a fixed point inside the
-    dead band, no limit cycle; at a quarter of the rate, about a quarter of the density."""
-    law = OwnQueueLaw(min_density=0.003)
+    """One share (``share_low`` None): service time proportional to the bytes, lag of two
+    steps: a fixed point inside the dead band, no limit cycle; at a quarter of the rate,
+    about a quarter of the density."""
+    law = OwnQueueLaw(share=0.24, share_low=None, min_density=0.003)
     levels, dc2 = own_queue_loop(law, [(40, 1.0, 0.0), (40, 0.25, 0.0)])
     for end in (40, 80):
         assert np.ptp(levels[end - 15 : end]) == 0.0
@@ -434,3 +447,47 @@ def test_the_own_queue_law_settles_where_its_bytes_are_its_share_of_the_step():
     expected = law.share / (1 - law.share) * (COMPUTE + BASE) / OWN_FULL
     assert levels[39] == pytest.approx(expected, rel=0.25)
     assert levels[79] == pytest.approx(expected / 4, rel=0.25)
+
+
+def test_the_share_changes_smoothly_across_the_knee():
+    law = OwnQueueLaw(share=0.08, share_low=0.64, knee=0.03, knee_width=0.5)
+    assert law.share_at(0.5) == (0.08, 0.0) and law.share_at(0.001) == (0.64, 0.0)
+    edge = 0.03 * math.exp(0.5)
+    assert law.share_at(edge * 0.999)[0] == pytest.approx(0.08, rel=0.01)  # continuous
+    assert law.share_at(0.03)[0] == pytest.approx(math.sqrt(0.08 * 0.64), rel=0.3)
+    densities = np.geomspace(0.01, 0.06, 50)
+    shares = [law.share_at(d)[0] for d in densities]
+    assert all(a >= b for a, b in itertools.pairwise(shares))  # lower density, larger share
+    slope = law.share_at(0.03)[1]  # the logit's slope against -ln d
+    logit = [math.log(s / (1 - s)) for s in (law.share_at(0.03 * 1.01)[0], law.share_at(0.03)[0])]
+    assert slope == pytest.approx((logit[1] - logit[0]) / math.log(1.01), rel=0.01)
+    one = OwnQueueLaw(share=0.3, share_low=None)
+    assert one.share_at(0.03) == (0.3, 0.0) and one.share_at(1.0) == (0.3, 0.0)
+
+
+@pytest.mark.parametrize(
+    "params", [{"share_low": 0.05}, {"share_low": 1.0}, {"knee": 0.0}, {"knee_width": 0.0}]
+)
+def test_the_knee_rejects_what_has_no_meaning(params):
+    with pytest.raises(ValueError):
+        OwnQueueLaw(share=0.08, **params)
+
+
+def test_the_knee_holds_one_level_over_a_range_of_rates():
+    """Bytes that take between ``share`` and ``share_low`` of the step at the knee: over a
+    7.5x range of the bottleneck's rate the law settles (no limit cycle: the Newton step
+    keeps the steeper loop stable) inside the knee's zone, a 3x range of density; one share
+    moves its fixed point with the rate, 7.5x."""
+    zone = (0.03 * math.exp(-0.55), 0.03 * math.exp(0.55))
+    settled = {}
+    for share_low in (0.64, None):
+        for capacity in (0.3, 0.1, 0.04):
+            law = OwnQueueLaw(share=0.08 if share_low else 0.24, share_low=share_low,
+                              min_density=0.003)  # fmt: skip
+            levels, _ = own_queue_loop(law, [(60, capacity, 0.0)], chunks=1000)
+            assert np.ptp(levels[-15:]) <= levels[-1] * 0.06  # one or two rungs, no cycle
+            settled[share_low, capacity] = levels[-1]
+    knee = [settled[0.64, c] for c in (0.3, 0.1, 0.04)]
+    assert all(zone[0] * 0.97 <= d <= zone[1] * 1.03 for d in knee), knee
+    one = [settled[None, c] for c in (0.3, 0.1, 0.04)]
+    assert one[0] / one[2] == pytest.approx(7.5, rel=0.3)

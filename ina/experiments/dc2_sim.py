@@ -58,7 +58,8 @@ from ina.experiments.dc2 import Config, output_to, parse_configs
 # on the target (a first try with the law's gain 0.5 and 2x steps took 4-5 steps, 15-20 ms,
 # to come down at the start of an episode and as long to come back up after it).
 DC2_DEFAULT = {
-    "ownq": "ownq:share=0.24:min_density=0.003:gain=0.5:max_step=1.386",
+    "ownq": "ownq:share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:"
+    "gain=0.5:max_step=1.386",
     "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
     "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
 }

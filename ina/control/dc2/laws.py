@@ -313,8 +313,24 @@ class OwnQueueLaw(ControlLaw):
     elasticity of bytes to density. That ties the target to the step (a 1 ms compute step and
     a 40 ms WAN step alike) instead of an absolute delay.
 
+    Why two shares: ``alpha`` is not one number. Top-k with error feedback costs almost no
+    steps down to a few per cent and many below (both workloads of docs/dc2.md: ``alpha /
+    eps`` is 0.06-0.08 from dense to 0.03 and 0.53-0.64 from 0.03 to 0.003). So the share is
+    ``share`` above the ``knee`` and ``share_low`` below it, changing smoothly (its logit
+    linear in ``ln d``) within ``knee_width`` of it in log density. A law with the two holds
+    the knee over the wide range of paths where the knee's bytes take between the two shares
+    of a step, and leaves it only where the bytes are nearly free or dominate. Inside that
+    zone the target moves with the density, which steepens the loop by ``1 + slope`` (the
+    logit's slope against ``ln d``); the step is divided by it (a Newton step), so ``gain``
+    keeps its meaning and the two-step lag does not make the loop ring.
+
     Args:
-        share: target share of the step for the job's own bytes (``alpha / eps``).
+        share: target share of the step for the job's own bytes (``alpha / eps``), at
+            densities at and above ``knee * exp(knee_width)``.
+        share_low: the share at and below ``knee * exp(-knee_width)`` (None: ``share``, one
+            share everywhere); at least ``share``.
+        knee: the density where the steps to target start to grow fast.
+        knee_width: half the width of the change from one share to the other, in ``ln d``.
         gain: log-density change per unit of log error.
         deadband: log error tolerated without a change.
         max_step: largest log-density change per step.
@@ -322,7 +338,10 @@ class OwnQueueLaw(ControlLaw):
 
     def __init__(
         self,
-        share: float = 0.24,
+        share: float = 0.08,
+        share_low: float | None = 0.64,
+        knee: float = 0.03,
+        knee_width: float = 0.55,
         gain: float = 0.5,
         deadband: float = 0.2,
         max_step: float = math.log(4),
@@ -331,12 +350,20 @@ class OwnQueueLaw(ControlLaw):
         max_density: float = 1.0,
     ) -> None:
         super().__init__(initial, min_density, max_density)
+        share_low = share if share_low is None else share_low
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1), got {share}")
+        if not share <= share_low < 1:
+            raise ValueError(f"share_low must be in [share, 1), got {share_low}")
+        if not (0 < knee <= 1 and knee_width > 0):
+            raise ValueError("need 0 < knee <= 1 and knee_width > 0")
         if not (gain > 0 and max_step > 0 and deadband >= 0):
             raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
         # Hyperparameters.
         self.share = share
+        self.share_low = share_low
+        self.knee = knee
+        self.knee_width = knee_width
         self.gain = gain
         self.deadband = deadband
         self.max_step = max_step
@@ -357,7 +384,24 @@ class OwnQueueLaw(ControlLaw):
         self.own_time = stats.round_stream if stats.round_samples >= 2 else math.nan
         if not period > 0 or math.isnan(self.own_time):
             return self.density
-        self.target = self.share * period
+        share, slope = self.share_at(self.density)
+        self.target = share * period
         rest = max(period - self.own_time, _TINY_DELAY)
         ratio = max(self.own_time, _TINY_DELAY) / rest
-        return _log_step(self, math.log(ratio / (self.share / (1 - self.share))))
+        return _log_step(self, math.log(ratio / (share / (1 - share))) / (1 + slope))
+
+    def share_at(self, density: float) -> tuple[float, float]:
+        """The target share at ``density``, and the slope of its logit against ``-ln d``
+        there (0 outside the knee's zone)."""
+        x = math.log(density / self.knee) / self.knee_width  # -1 .. 1 across the zone
+        if x >= 1 or self.share_low == self.share:
+            return self.share, 0.0
+        if x <= -1:
+            return self.share_low, 0.0
+        high, low = _logit(self.share), _logit(self.share_low)
+        logit = low + (high - low) * (x + 1) / 2
+        return 1 / (1 + math.exp(-logit)), (low - high) / (2 * self.knee_width)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))

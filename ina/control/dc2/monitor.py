@@ -21,7 +21,9 @@ dropped, never fatal. From the accepted samples the monitor keeps:
   their least-squares slope d(rtt)/dt, for laws that anticipate and for the decision log.
 * Over the samples of the last round (those accepted since sample number ``since`` given to
   `snapshot`; the controller passes the count at its last decision, so a round is one
-  training step): ``round_min``, ``round_p95`` and ``round_stream``. Within a round the
+  training step; its newest ``round_window_samples``, 4096 by default, longer than the short
+  window, since a large model's step has thousands of chunks): ``round_min``, ``round_p95``
+  and ``round_stream``. Within a round the
   worker sends its chunks back to back. Their spread ``round_p95 - round_min`` is the queue
   they build while in flight, but the transport's window holds that queue near its own
   target, so on a slow path the bytes cost time, not queue: the results then stream in one
@@ -107,6 +109,9 @@ class DelayMonitor:
         base_bucket_s: granularity of that window (one stored minimum per bucket).
         stats_window_s: age limit of the short window (``p50``, ``p95``, ``trend``).
         stats_window_samples: count limit of the short window.
+        round_window_samples: count limit of a round (its newest samples); a round of a
+            large model's step is far longer than the short window, and its statistics need
+            all of it.
         srtt_gain: EWMA gain of ``srtt`` (RFC 6298 alpha).
         rttvar_gain: EWMA gain of ``rttvar`` (RFC 6298 beta).
 
@@ -123,6 +128,7 @@ class DelayMonitor:
         base_bucket_s: float = 1.0,
         stats_window_s: float = 1.0,
         stats_window_samples: int = 256,
+        round_window_samples: int = 4096,
         srtt_gain: float = 1 / 8,
         rttvar_gain: float = 1 / 4,
     ) -> None:
@@ -130,6 +136,8 @@ class DelayMonitor:
             raise ValueError("need 0 < base_bucket_s <= base_window_s")
         if not (stats_window_s > 0 and stats_window_samples >= 1):
             raise ValueError("the short window needs stats_window_s > 0, stats_window_samples >= 1")
+        if round_window_samples < 1:
+            raise ValueError("round_window_samples must be >= 1")
         if not (0 < srtt_gain < 1 and 0 < rttvar_gain < 1):
             raise ValueError("EWMA gains must be in (0, 1)")
         # Hyperparameters.
@@ -137,14 +145,16 @@ class DelayMonitor:
         self.base_bucket_s = base_bucket_s
         self.stats_window_s = stats_window_s
         self.stats_window_samples = stats_window_samples
+        self.round_window_samples = round_window_samples
         self.srtt_gain = srtt_gain
         self.rttvar_gain = rttvar_gain
         # Internal state: bucket index -> min RTT; a ring buffer of (time, rtt) for the short
-        # window; the RFC 6298 estimators.
+        # window and the round; the RFC 6298 estimators.
         self._buckets = math.ceil(base_window_s / base_bucket_s - 1e-9)
         self._base: dict[int, float] = {}
-        self._times = np.zeros(stats_window_samples)
-        self._rtts = np.zeros(stats_window_samples)
+        self._ring = max(stats_window_samples, round_window_samples)
+        self._times = np.zeros(self._ring)
+        self._rtts = np.zeros(self._ring)
         self._srtt = math.nan
         self._rttvar = math.nan
         self._last_time = -math.inf
@@ -201,7 +211,7 @@ class DelayMonitor:
         else:
             self._base[bucket] = rtt
             self._forget_old_buckets()
-        slot = self.samples % self.stats_window_samples
+        slot = self.samples % self._ring
         self._times[slot], self._rtts[slot] = now, rtt
         self.samples += 1
         self._last_time = max(self._last_time, now)
@@ -232,7 +242,7 @@ class DelayMonitor:
             del self._base[bucket]
 
     def _push(self, now: np.ndarray, rtt: np.ndarray) -> None:
-        cap = self.stats_window_samples
+        cap = self._ring
         slots = (self.samples + np.arange(len(rtt))) % cap
         self._times[slots[-cap:]], self._rtts[slots[-cap:]] = now[-cap:], rtt[-cap:]
         self.samples += len(rtt)
@@ -246,7 +256,7 @@ class DelayMonitor:
     def _short_window(self, ref: float) -> tuple[np.ndarray, np.ndarray]:
         """(times, rtts) of the short window, oldest first; the newest sample always counts."""
         k = min(self.samples, self.stats_window_samples)
-        slots = (self.samples - k + np.arange(k)) % self.stats_window_samples
+        slots = (self.samples - k + np.arange(k)) % self._ring
         times, rtts = self._times[slots], self._rtts[slots]
         fresh = times >= ref - self.stats_window_s
         fresh[-1] = True
@@ -255,7 +265,7 @@ class DelayMonitor:
     def snapshot(self, now: float | None = None, since: int | None = None) -> DelayStats:
         """Current statistics; windows are aged against ``now`` (default: newest sample).
         ``since``: the round is the samples accepted after the first ``since`` (the newest
-        ``stats_window_samples`` of them at most); None: no round statistics."""
+        ``round_window_samples`` of them at most); None: no round statistics."""
         ref = self._last_time if now is None else max(now, self._last_time)
         if self.samples == 0:
             nan = math.nan
@@ -264,8 +274,8 @@ class DelayMonitor:
         p50, p95 = _percentiles(np.sort(rtts), (0.50, 0.95))
         round_n, round_min, round_p95, stream = 0, math.nan, math.nan, math.nan
         if since is not None and self.samples > since:
-            round_n = min(self.samples - max(since, 0), self.stats_window_samples)
-            slots = (self.samples - round_n + np.arange(round_n)) % self.stats_window_samples
+            round_n = min(self.samples - max(since, 0), self._ring)
+            slots = (self.samples - round_n + np.arange(round_n)) % self._ring
             ordered = np.sort(self._rtts[slots])
             round_min, round_p95 = float(ordered[0]), _percentiles(ordered, (0.95,))[0]
             gaps = np.diff(np.sort(self._times[slots]))
