@@ -207,8 +207,9 @@ def test_a_tiny_run_per_workload_reaches_a_low_target_deterministically(tmp_path
 
 
 def test_replot_of_results_without_their_run_folders_writes_the_tables(tmp_path):
-    """--replot over a results.csv alone (rows merged from several outputs, say): the tables
-    and the regret chart, no accuracy curves (those need the runs' steps), no traceback."""
+    """--replot over a results.csv alone (rows merged from several outputs, say, without the
+    wall time or the runs' folders): the tables and the regret chart, no accuracy curves
+    (those need the runs' steps), no traceback; and no results.csv at all is one line."""
     head = ("workload,scenario,state,fraction,config,seed,metric,steps,sim_s,time_to_target_s,"
             "reached,final_metric,bytes_per_worker,kb_per_step,step_s,mean_density,"
             "retransmissions,wall_s,error")  # fmt: skip
@@ -218,11 +219,15 @@ def test_replot_of_results_without_their_run_folders_writes_the_tables(tmp_path)
         f"mnist1d,quiet-dc,,1,{c},0,test_acc,{n},{t},{t},1,0.965,1000,{kb},0.001,{d},0,1.0,"
         for c, n, t, kb, d in cells
     ]
-    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "wall_seconds.txt").write_text("10.0\n")
-    r = subprocess.run([sys.executable, "-m", "ina", "experiment", "dc2", "--sim", "--replot",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    replot = [sys.executable, "-m", "ina", "experiment", "dc2", "--sim", "--replot", "--out",
+              str(tmp_path)]  # fmt: skip
+    r = subprocess.run(replot, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "no results.csv in" in r.stderr
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")  # and no wall_seconds.txt
+    r = subprocess.run(replot, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     md = (tmp_path / "summary.md").read_text()
+    assert "experiment wall time not recorded" in md
     assert "| quiet-dc | 0.500 s (1.00x) | 0.550 s (1.10x) | 0.520 s (1.04x) |" in md, md
     assert not (tmp_path / "dc2sim_accuracy_mnist1d.png").exists()

@@ -508,6 +508,10 @@ def _x(x: float) -> str:
     return "–" if math.isnan(x) else ("∞" if math.isinf(x) else f"{x:.2f}x")
 
 
+def _minutes(wall_s: float) -> str:
+    return "not recorded" if math.isnan(wall_s) else f"{wall_s / 60:.1f} min"
+
+
 def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: float) -> str:
     from ina.sim.scenario import load_scenario
     from ina.train.workloads import resolve as resolve_workload
@@ -517,7 +521,7 @@ def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: 
         "",
         f"Command: `{args.command}`; {_seeds_text(args.seed_list)}; {args.lanes} lanes, pool "
         f"{args.pool}, coding `{args.coding}`; evaluation every {args.eval_every} steps; experiment wall "
-        f"time {wall_s / 60:.1f} min. DC2 configurations (the same everywhere): "
+        f"time {_minutes(wall_s)}. DC2 configurations (the same everywhere): "
         + "; ".join(f"`{c.spec}`" for c in configs if c.kind == "dc2")
         + ".",
         "",
@@ -618,8 +622,12 @@ def main(args: argparse.Namespace) -> int:
         (out / "command.txt").write_text(args.command + "\n")
     t0 = time.monotonic()
     if args.replot:
+        if not (out / "results.csv").exists():
+            print(f"ina experiment dc2 --sim --replot: no results.csv in {out}", file=sys.stderr)
+            return 2
         rows = read_results(out / "results.csv")
-        wall = float((out / "wall_seconds.txt").read_text())
+        wall_file = out / "wall_seconds.txt"  # absent where rows were merged from elsewhere
+        wall = float(wall_file.read_text()) if wall_file.exists() else math.nan
         # the configurations that ran (the defaults may have changed since)
         args.config_list = parse_configs(",".join(dict.fromkeys(r["config"] for r in rows)))
         args.seed_list = sorted({r.get("seed", args.seed) for r in rows}) or [args.seed]
