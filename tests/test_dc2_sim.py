@@ -216,8 +216,9 @@ def test_replot_of_results_without_their_run_folders_writes_the_tables(tmp_path)
     cells = [("dense", 500, 0.5, 104.8, 1), ("fixed:0.03", 550, 0.55, 14.3, 0.0318),
              (DC2_DEFAULT["ownq"], 520, 0.52, 50.0, 0.5)]  # fmt: skip
     lines = [head] + [
-        f"mnist1d,quiet-dc,,1,{c},0,test_acc,{n},{t},{t},1,0.965,1000,{kb},0.001,{d},0,1.0,"
-        for c, n, t, kb, d in cells
+        f"mnist1d,{where},,1,{c},0,test_acc,{n},{t},{t},1,0.965,1000,{kb},0.001,{d},0,1.0,"
+        for where in ("quiet-dc", "slow")
+        for c, n, t, kb, d in cells[: 3 if where == "quiet-dc" else 2]  # the law: quiet-dc only
     ]
     replot = [sys.executable, "-m", "ina", "experiment", "dc2", "--sim", "--replot", "--out",
               str(tmp_path)]  # fmt: skip
@@ -230,4 +231,6 @@ def test_replot_of_results_without_their_run_folders_writes_the_tables(tmp_path)
     md = (tmp_path / "summary.md").read_text()
     assert "experiment wall time not recorded" in md
     assert "| quiet-dc | 0.500 s (1.00x) | 0.550 s (1.10x) | 0.520 s (1.04x) |" in md, md
+    assert "| slow | 0.500 s (1.00x) | 0.550 s (1.10x) | not run |" in md, md  # not "not reached"
+    assert "DC2 ownq within 1.15x of the best fixed level in every scenario: worst 1.040x" in md
     assert not (tmp_path / "dc2sim_accuracy_mnist1d.png").exists()

@@ -544,7 +544,12 @@ def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: 
                 spread = ""
                 if run and len(run["seeds"]) > 1 and not math.isnan(t):
                     spread = f" [{run['t_min']:.3f}-{run['t_max']:.3f}]"
-                cells.append(f"{_s(t)}{spread} ({_x(r)})" if not math.isnan(t) else "not reached")
+                if not run:
+                    cells.append("not run")
+                else:
+                    cells.append(
+                        f"{_s(t)}{spread} ({_x(r)})" if not math.isnan(t) else "not reached"
+                    )
             lines.append(f"| {name} | " + " | ".join(cells)
                          + f" | {_s(e['oracle_s'])} | {_x(e['oracle_gain'])} |")  # fmt: skip
         lines += ["", "Time to target, simulated: the mean over the seeds [min-max] (regret: "

@@ -168,8 +168,9 @@ def plot_regret(table: dict, args, out: Path) -> list[Path]:
         width = 0.8 / max(len(names), 1)
         cmap = plt.get_cmap("viridis")
         for i, name in enumerate(names):
+            # not run there: no bar; not reached (infinite regret): off the top
             vals = [scenarios[name]["regret"].get(c.spec, math.nan) for c in configs]
-            vals = [v if math.isfinite(v) else 50.0 for v in vals]  # not reached: off the top
+            vals = [50.0 if math.isinf(v) else v for v in vals]
             ax.bar(np.arange(len(configs)) + (i - (len(names) - 1) / 2) * width, vals, width,
                    color=cmap(i / max(len(names) - 1, 1)), label=name)  # fmt: skip
         ax.axhline(GOAL_REGRET, color="green", ls="--", lw=1, label=f"{GOAL_REGRET}x (DC2 goal)")
@@ -179,7 +180,10 @@ def plot_regret(table: dict, args, out: Path) -> list[Path]:
         ax.set_xticks(np.arange(len(configs)), names, fontsize=8, rotation=20)
         ax.set_yscale("log")
         ax.set_ylabel("time to target / best fixed level's")
-        ax.set_title(f"{w}: regret per method and scenario (at the top: not reached)", fontsize=10)
+        ax.set_title(
+            f"{w}: regret per method and scenario (at the top: not reached; no bar: not run)",
+            fontsize=10,
+        )
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()

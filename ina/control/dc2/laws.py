@@ -22,7 +22,9 @@ The laws (equations and the reasons for the defaults in docs/dc2.md):
   proportional to ``ln(q / target)``, nothing inside a dead band, at most ``max_step`` a step.
 * `OwnQueueLaw`: the same log-density steps, on a different signal and target: the time the
   job's own bytes take in one step (its results streaming in back to back; a shift of the
-  whole path's delay changes no gap within a round), held at a ``share`` of the step's time.
+  whole path's delay changes no gap within a round), held at a share of the step's time: a
+  small one above the density where the workload's steps start to grow fast, a large one
+  below it.
 
 The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
 """
@@ -354,7 +356,10 @@ class OwnQueueLaw(ControlLaw):
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1), got {share}")
         if not share <= share_low < 1:
-            raise ValueError(f"share_low must be in [share, 1), got {share_low}")
+            raise ValueError(
+                f"share_low ({share_low}) must be at least share ({share}) and below 1 "
+                "(share_low=SHARE: one share everywhere)"
+            )
         if not (0 < knee <= 1 and knee_width > 0):
             raise ValueError("need 0 < knee <= 1 and knee_width > 0")
         if not (gain > 0 and max_step > 0 and deadband >= 0):
