@@ -323,7 +323,7 @@ class OwnQueueLaw(ControlLaw):
     the knee over the wide range of paths where the knee's bytes take between the two shares
     of a step, and leaves it only where the bytes are nearly free or dominate. Inside that
     zone the target moves with the density, which steepens the loop by ``1 + slope`` (the
-    logit's slope against ``ln d``); the step is divided by it (a Newton step), so ``gain``
+    logit's slope against ``-ln d``); the step is divided by it (a Newton step), so ``gain``
     keeps its meaning and the two-step lag does not make the loop ring.
 
     Args:
