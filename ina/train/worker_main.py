@@ -592,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
             root = Diverged(run.step + 1, rank)
         why = str(root) if isinstance(root, Diverged) else f"{type(root).__name__}: {root}"
         msg = f"rank {rank}: {why}"
-        print(f"ina train: {msg}", file=sys.stderr, flush=True)
+        # one write(2) of the whole line: the ranks share the launcher's stderr, and print's
+        # separate writes of text and newline let two ranks' lines run into one
+        sys.stderr.flush()
+        os.write(sys.stderr.fileno(), f"ina train: {msg}\n".encode())
         try:
             Path(config["out"], f"error_rank{rank}.txt").write_text(
                 msg + "\n\n" + "".join(traceback.format_exception(e))
