@@ -24,7 +24,7 @@ from ina.control.dc2 import (
     level_to_index,
     make_law,
 )
-from ina.control.dc2.laws import LADDER_MIN_DENSITY, LADDER_SIZE
+from ina.control.dc2.laws import LADDER_MIN_DENSITY, LADDER_SIZE, ControlLaw
 
 BASE = 0.002  # base RTT of the synthetic series, seconds
 CHUNKS = 16  # RTT samples per step
@@ -331,13 +331,15 @@ DENSE_CHUNKS = 100  # chunks of a dense step
 OWN_FULL = 0.004  # bottleneck service time of a dense step's chunks at the nominal rate, s
 
 
-def own_queue_loop(law, phases, lag=2, window=None, seed=0, chunks=DENSE_CHUNKS):
+def own_queue_loop(law, phases, lag=2, window=None, seed=0, chunks=DENSE_CHUNKS, agreed=False):
     """A worker whose step computes for ``COMPUTE`` s, then sends ``max(2, ceil(chunks d))``
     chunks through a FIFO bottleneck serving one in ``OWN_FULL / chunks / capacity`` s, on top
     of the path's delay ``BASE + shift``; at most ``window`` chunks in flight (None: all at
     once, so they queue behind each other). ``phases``: ``(steps, capacity, shift)``. A level
     takes effect ``lag`` steps after the decision (the switch's MAX of the proposals travels
-    with the next call). Returns the density of every step, and the controller."""
+    with the next call); ``agreed``: report the next step's level to the controller, as the
+    training loop does (otherwise it infers it from its own proposals). Returns the density of
+    every step, and the controller."""
     rng = np.random.default_rng(seed)
     dc2 = DC2Controller(law, warmup_samples=0)
     pending = [dc2.index] * lag
@@ -355,7 +357,7 @@ def own_queue_loop(law, phases, lag=2, window=None, seed=0, chunks=DENSE_CHUNKS)
                 arrived[i] = free + BASE + shift + rng.uniform(0, 1e-7)
             dc2.observe(arrived - sent, now=arrived)
             t = arrived.max()
-            pending.append(dc2.step(now=t))
+            pending.append(dc2.step(now=t, agreed_index=pending[0] if agreed else None))
             out.append(density)
     return np.array(out), dc2
 
@@ -491,3 +493,76 @@ def test_the_knee_holds_one_level_over_a_range_of_rates():
     assert all(zone[0] * 0.97 <= d <= zone[1] * 1.03 for d in knee), knee
     one = [settled[None, c] for c in (0.3, 0.1, 0.04)]
     assert one[0] / one[2] == pytest.approx(7.5, rel=0.3)
+
+
+# --- the bracket: a staircase of round trips -------------------------------------------------
+
+STAIR = {"window": 30, "chunks": 400}  # 400 chunks a dense step, 30 in flight: one RTT a window
+EDGE = 30 / 400  # the highest density whose step fits one window
+
+
+def step_times(dc2):
+    return np.diff([d.time for d in dc2.log])
+
+
+@pytest.mark.parametrize("agreed", [False, True])
+def test_the_bracket_holds_the_edge_of_a_staircase(agreed):
+    """A 20 ms path and a window of 30 chunks: a step's bytes cost one round trip per window,
+    so their time is a staircase in the density, nearly nothing below ``EDGE`` and a round
+    trip more at every window above it. Without memory the law cycles (below one window its
+    bytes look free, the step up crosses the edge, the lag doubles it); with the bracket it
+    finds the edge within two rungs and stays below it, re-probing it now and then."""
+    phases = [(200, 1.0, 0.018)]
+    cycle, free = own_queue_loop(OwnQueueLaw(bracket=False), phases, **STAIR)
+    held, dc2 = own_queue_loop(OwnQueueLaw(), phases, agreed=agreed, **STAIR)
+    assert np.ptp(cycle[-50:]) > 0.3  # the limit cycle, one window to several
+    late = held[-120:]
+    below = late <= EDGE
+    assert below.mean() >= 0.9  # a probe above the edge now and then, no more
+    assert late[below].min() >= EDGE / 1.03**2
+    one_window = step_times(dc2)[-150:].min()
+    assert step_times(dc2)[-150:].mean() <= 1.1 * one_window
+    assert step_times(free)[-150:].mean() >= 1.5 * one_window
+
+
+def test_the_bracket_changes_nothing_where_bytes_queue():
+    """Capacity episodes (the bytes queue at a bottleneck, no window): the bracket never
+    holds the law back, the same densities step for step as without it."""
+    phases = [(30, 10.0, 0.0), (40, 0.1, 0.0), (30, 10.0, 0.0), (40, 0.05, 0.0), (30, 1.0, 0.0)]
+    with_, _ = own_queue_loop(OwnQueueLaw(min_density=0.003), phases, chunks=1000)
+    without, _ = own_queue_loop(OwnQueueLaw(min_density=0.003, bracket=False), phases, chunks=1000)
+    assert np.array_equal(with_, without)
+
+
+def test_the_bracket_is_forgotten_when_the_path_changes():
+    """The staircase, then a hundredth of the rate (a window's bytes now queue for 30 ms),
+    then the staircase again: the law follows the slow path down as it does without the
+    bracket, and finds the edge again after it."""
+    phases = [(100, 1.0, 0.018), (60, 0.01, 0.018), (100, 1.0, 0.018)]
+    levels, dc2 = own_queue_loop(OwnQueueLaw(), phases, **STAIR)
+    free, _ = own_queue_loop(OwnQueueLaw(bracket=False), phases, **STAIR)
+    assert EDGE / 1.03**2 <= levels[99] <= EDGE
+    assert levels[130:160].max() <= EDGE / 2  # the slow path: well below the old edge
+    assert levels[130:160].max() == pytest.approx(free[130:160].max(), rel=0.25)
+    assert np.all((levels[-40:] <= EDGE * 1.03**2) & (levels[-40:] >= EDGE / 1.03**2))
+    assert step_times(dc2)[-40:].mean() <= 1.1 * step_times(dc2)[-40:].min()
+
+
+def test_the_controller_tells_the_law_which_level_each_step_ran_at():
+    seen = []
+
+    class Spy(ControlLaw):
+        def _decide(self, stats):
+            seen.append(self.round_density)
+            return index_to_density(10 if len(seen) == 1 else 20)
+
+    dc2 = DC2Controller(Spy(), warmup_samples=0)
+    for k, agreed in enumerate([None, None, None, 40]):
+        dc2.observe(np.full(4, BASE), now=0.01 * (k + 1) + np.arange(4) * 1e-4)
+        dc2.step(now=0.01 * (k + 1) + 1e-3, agreed_index=agreed)
+    # proposals travel with the next step and apply to the one after it: two steps late,
+    # unless the caller reports the agreed level (the last step ran at index 40)
+    assert seen == pytest.approx([1.0, 1.0, index_to_density(10), index_to_density(20)])
+    dc2.observe(np.full(4, BASE), now=0.05 + np.arange(4) * 1e-4)
+    dc2.step(now=0.051)
+    assert seen[4] == pytest.approx(index_to_density(40))

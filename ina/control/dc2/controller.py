@@ -53,7 +53,9 @@ class DC2Controller:
        ladder index; the decision is logged.
     3. The worker puts the index in the header's ``level`` field; the switch MAX-combines it and
        every worker sparsifies with ``index_to_density(agreed)``. Passing ``agreed_index`` to
-       the next `step` only logs it: each law steers on its own worker's delays.
+       `step` logs it and tells the law which level the next round runs at (without it, the
+       worker's own proposal of one decision back: the levels agree when the workers do);
+       each law steers on its own worker's delays.
 
     Args:
         law: a `ControlLaw`, or a registry name (``fixed``, ``aimd``, ``target``).
@@ -92,6 +94,10 @@ class DC2Controller:
         self.density = law.density
         self.index = level_to_index(self.density)
         self._round_start = 0  # monitor samples at the last decision: a round is one step
+        # The ladder index the next round runs at, and this worker's previous proposal (the
+        # next round's level when the caller does not report the agreed one: a proposal
+        # travels with the next call and the switch's MAX applies to the one after).
+        self._round_index = self._proposed = self.index
         # Stats.
         self.log: list[Decision] = []
 
@@ -109,8 +115,10 @@ class DC2Controller:
         stats = self.monitor.snapshot(now, since=self._round_start)
         self._round_start = stats.samples
         if stats.samples >= self.warmup_samples:
-            self.density = self.law.next_level(stats)
+            self.density = self.law.next_level(stats, index_to_density(self._round_index))
         self.index = level_to_index(self.density)
+        self._round_index = self._proposed if agreed_index is None else agreed_index
+        self._proposed = self.index
         self.log.append(
             Decision(
                 time=stats.time,

@@ -95,15 +95,20 @@ class ControlLaw(abc.ABC):
         # Internal state.
         self.density = initial
         self._seen = 0  # DelayStats.samples at the last decision
+        # The density the round in the latest stats ran at (None: the caller did not say).
+        self.round_density: float | None = None
 
-    def next_level(self, stats: DelayStats) -> float:
-        """The density for the next step, given the latest delay statistics.
+    def next_level(self, stats: DelayStats, round_density: float | None = None) -> float:
+        """The density for the next step, given the latest delay statistics and, where the
+        caller knows it, the density the step they describe ran at (a decision takes effect
+        two steps later, so it is not the law's last decision).
 
         Without new samples since the last decision there is no new information: hold.
         """
         if not stats.ready or stats.samples == self._seen:
             return self.density
         self._seen = stats.samples
+        self.round_density = round_density
         self.density = min(max(self._decide(stats), self.min_density), self.max_density)
         return self.density
 
@@ -111,6 +116,7 @@ class ControlLaw(abc.ABC):
         """Back to the state right after construction."""
         self.density = self.initial
         self._seen = 0
+        self.round_density = None
 
     @abc.abstractmethod
     def _decide(self, stats: DelayStats) -> float:
@@ -326,6 +332,25 @@ class OwnQueueLaw(ControlLaw):
     logit's slope against ``-ln d``); the step is divided by it (a Newton step), so ``gain``
     keeps its meaning and the two-step lag does not make the loop ring.
 
+    Why a bracket: where the transport's window (the pool of slots) is smaller than a step's
+    chunks and the round trip is long, the bytes' time is a staircase, one round trip per
+    window: below the first window's edge the bytes look free (``q`` near 0), one rung above
+    it they cost a round trip. No continuous step rule can hold an edge: the law stepped up
+    from "free", over the edge, and the two-step lag doubled it (a limit cycle, 1.48x slower
+    than the best fixed level on the LSTM over a 40 ms path). With ``bracket`` the law
+    remembers the highest density whose step stayed under target (``good``, with its step
+    time) and the lowest above it that went over (``bad``), as the switch ran them (the
+    caller reports the agreed level, `DC2Controller.step`). Steps up stop half way (in log
+    density) to ``bad`` and at ``good`` once the two are a rung apart; a step down after a
+    step over target stops at a recent ``good``. So the law bisects to the edge in a few
+    probes and stays below it. It forgets: all of it when a step at or below ``good`` goes
+    over target or takes a time more than ``bracket_tolerance`` away from ``good``'s (the
+    path changed: on a staircase that time does not move), ``good`` after
+    ``bracket_memory`` steps without a step under target near it; a ``bad`` that old is
+    probed again (the ceiling becomes ``bad`` itself), and dropped if that step is under
+    target. Where the bytes queue (time smooth in the density) the law never steps over
+    target from under it on one rung, and the bracket changes nothing.
+
     Args:
         share: target share of the step for the job's own bytes (``alpha / eps``), at
             densities at and above ``knee * exp(knee_width)``.
@@ -336,6 +361,10 @@ class OwnQueueLaw(ControlLaw):
         gain: log-density change per unit of log error.
         deadband: log error tolerated without a change.
         max_step: largest log-density change per step.
+        bracket: remember the densities found under and over target (above).
+        bracket_tolerance: relative change of the good density's step time that means the
+            path changed and the bracket is forgotten.
+        bracket_memory: steps after which the bracket's ends are stale.
     """
 
     def __init__(
@@ -347,6 +376,9 @@ class OwnQueueLaw(ControlLaw):
         gain: float = 0.5,
         deadband: float = 0.2,
         max_step: float = math.log(4),
+        bracket: bool = True,
+        bracket_tolerance: float = 0.15,
+        bracket_memory: int = 32,
         initial: float = 1.0,
         min_density: float = LADDER_MIN_DENSITY,
         max_density: float = 1.0,
@@ -364,6 +396,8 @@ class OwnQueueLaw(ControlLaw):
             raise ValueError("need 0 < knee <= 1 and knee_width > 0")
         if not (gain > 0 and max_step > 0 and deadband >= 0):
             raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
+        if not (bracket_tolerance > 0 and bracket_memory >= 1):
+            raise ValueError("need bracket_tolerance > 0 and bracket_memory >= 1")
         # Hyperparameters.
         self.share = share
         self.share_low = share_low
@@ -372,8 +406,15 @@ class OwnQueueLaw(ControlLaw):
         self.gain = gain
         self.deadband = deadband
         self.max_step = max_step
-        # Internal state: the time of the previous decision (the step time is the interval).
+        self.bracket = bool(bracket)
+        self.bracket_tolerance = bracket_tolerance
+        self.bracket_memory = bracket_memory
+        # Internal state: the time of the previous decision (the step time is the interval);
+        # the bracket: (density, step time) of the good step and the bad step's density.
         self._last_time = math.nan
+        self._good: tuple[float, float, int] | None = None
+        self._bad: tuple[float, int] | None = None
+        self._decisions = 0
         # Stats: the last decision's inputs, for tests and logs.
         self.own_time = math.nan
         self.target = math.nan
@@ -381,6 +422,8 @@ class OwnQueueLaw(ControlLaw):
     def reset(self) -> None:
         super().reset()
         self._last_time = math.nan
+        self._good = self._bad = None
+        self._decisions = 0
         self.own_time = self.target = math.nan
 
     def _decide(self, stats: DelayStats) -> float:
@@ -393,7 +436,48 @@ class OwnQueueLaw(ControlLaw):
         self.target = share * period
         rest = max(period - self.own_time, _TINY_DELAY)
         ratio = max(self.own_time, _TINY_DELAY) / rest
-        return _log_step(self, math.log(ratio / (share / (1 - share))) / (1 + slope))
+        error = math.log(ratio / (share / (1 - share))) / (1 + slope)
+        proposal = _log_step(self, error)
+        if not self.bracket or self.round_density is None:
+            return proposal
+        return self._bracketed(proposal, error, self.round_density, period)
+
+    def _bracketed(self, proposal: float, error: float, ran_at: float, period: float) -> float:
+        """``proposal``, kept inside the bracket where one is known: below the lowest density
+        whose step went over target (``bad``), above the highest that stayed under it
+        (``good``), both seen on the path as it is now."""
+        self._decisions += 1
+        now, cheap, costly = self._decisions, error < -self.deadband, error > self.deadband
+        good, bad = self._good, self._bad  # (density, step time, when), (density, when)
+        # Forget what the path may no longer show: anything older than the memory; all of it
+        # when a step at or below the good density went over target or took another time
+        # (an episode began or ended; on a staircase that step's time does not change).
+        if good is not None and now - good[2] > self.bracket_memory:
+            good = bad = None
+        if good is not None and ran_at <= good[0] * _RUNG:
+            if costly or abs(period / good[1] - 1) > self.bracket_tolerance:
+                good = bad = None
+        if cheap and bad is not None and ran_at >= bad[0]:
+            bad = None  # the probe of an old bad density: no longer over target
+        if (
+            cheap
+            and (bad is None or ran_at < bad[0])
+            and (good is None or ran_at >= good[0] / _RUNG)
+        ):
+            good = (max(ran_at, good[0]) if good else ran_at, period, now)
+        elif costly and good is not None and ran_at > good[0] * _RUNG:
+            bad = (min(ran_at, bad[0]) if bad else ran_at, now)
+        self._good, self._bad = good, bad
+        if good is None or bad is None:
+            return proposal
+        if proposal > self.density:  # up, towards a known cost: half way there (log density)
+            ceiling = good[0] if bad[0] <= good[0] * _RUNG**2 else math.sqrt(good[0] * bad[0])
+            if now - bad[1] > self.bracket_memory:
+                ceiling = bad[0]  # an old bad density: probe it again, no further
+            return max(min(proposal, ceiling), self.density)
+        if now - good[2] <= 4:  # down from a step over target: no lower than a recent good
+            return max(proposal, min(good[0], self.density))
+        return proposal
 
     def share_at(self, density: float) -> tuple[float, float]:
         """The target share at ``density``, and the slope of its logit against ``-ln d``
@@ -406,6 +490,9 @@ class OwnQueueLaw(ControlLaw):
         high, low = _logit(self.share), _logit(self.share_low)
         logit = low + (high - low) * (x + 1) / 2
         return 1 / (1 + math.exp(-logit)), (low - high) / (2 * self.knee_width)
+
+
+_RUNG = 1.03  # a little more than one rung of the ladder: densities this close are one level
 
 
 def _logit(p: float) -> float:
