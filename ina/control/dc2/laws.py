@@ -378,7 +378,7 @@ class OwnQueueLaw(ControlLaw):
         max_step: float = math.log(4),
         bracket: bool = True,
         bracket_tolerance: float = 0.15,
-        bracket_memory: int = 32,
+        bracket_memory: int = 256,
         initial: float = 1.0,
         min_density: float = LADDER_MIN_DENSITY,
         max_density: float = 1.0,
@@ -455,9 +455,13 @@ class OwnQueueLaw(ControlLaw):
         if good is not None and now - good[2] > self.bracket_memory:
             good = bad = None
         if good is not None and ran_at <= good[0] * _RUNG:
-            if costly or abs(period / good[1] - 1) > self.bracket_tolerance:
+            if costly and ran_at >= good[0] / _RUNG and now - good[2] <= _RECENT:
+                # the good density itself went over, just after it stayed under: a step's
+                # chunks vary (the union of the workers' supports), so the edge is not sharp
+                bad, good = (ran_at, now), (good[0] / _RUNG**2, good[1], good[2])
+            elif costly or abs(period / good[1] - 1) > self.bracket_tolerance:
                 good = bad = None
-        if cheap and bad is not None and ran_at >= bad[0]:
+        if cheap and bad is not None and ran_at >= bad[0] and now - bad[1] > self.bracket_memory:
             bad = None  # the probe of an old bad density: no longer over target
         if (
             cheap
@@ -475,7 +479,7 @@ class OwnQueueLaw(ControlLaw):
             if now - bad[1] > self.bracket_memory:
                 ceiling = bad[0]  # an old bad density: probe it again, no further
             return max(min(proposal, ceiling), self.density)
-        if now - good[2] <= 4:  # down from a step over target: no lower than a recent good
+        if now - good[2] <= _RECENT:  # down after a step over target: to a recent good
             return max(proposal, min(good[0], self.density))
         return proposal
 
@@ -493,6 +497,7 @@ class OwnQueueLaw(ControlLaw):
 
 
 _RUNG = 1.03  # a little more than one rung of the ladder: densities this close are one level
+_RECENT = 4  # decisions: a good density seen under target this recently is still good
 
 
 def _logit(p: float) -> float:
