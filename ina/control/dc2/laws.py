@@ -362,6 +362,8 @@ class OwnQueueLaw(ControlLaw):
         deadband: log error tolerated without a change.
         max_step: largest log-density change per step.
         bracket: remember the densities found under and over target (above).
+        bracket_error: log error beyond which a step counts as under or over target for the
+            bracket.
         bracket_tolerance: relative change of the good density's step time that means the
             path changed and the bracket is forgotten.
         bracket_memory: steps after which the bracket's ends are stale.
@@ -377,6 +379,7 @@ class OwnQueueLaw(ControlLaw):
         deadband: float = 0.2,
         max_step: float = math.log(4),
         bracket: bool = True,
+        bracket_error: float = 1.0,
         bracket_tolerance: float = 0.15,
         bracket_memory: int = 256,
         initial: float = 1.0,
@@ -396,8 +399,10 @@ class OwnQueueLaw(ControlLaw):
             raise ValueError("need 0 < knee <= 1 and knee_width > 0")
         if not (gain > 0 and max_step > 0 and deadband >= 0):
             raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
-        if not (bracket_tolerance > 0 and bracket_memory >= 1):
-            raise ValueError("need bracket_tolerance > 0 and bracket_memory >= 1")
+        if not (bracket_error >= deadband and bracket_tolerance > 0 and bracket_memory >= 1):
+            raise ValueError(
+                "need bracket_error >= deadband, bracket_tolerance > 0, bracket_memory >= 1"
+            )
         # Hyperparameters.
         self.share = share
         self.share_low = share_low
@@ -407,6 +412,7 @@ class OwnQueueLaw(ControlLaw):
         self.deadband = deadband
         self.max_step = max_step
         self.bracket = bool(bracket)
+        self.bracket_error = bracket_error
         self.bracket_tolerance = bracket_tolerance
         self.bracket_memory = bracket_memory
         # Internal state: the time of the previous decision (the step time is the interval);
@@ -447,7 +453,13 @@ class OwnQueueLaw(ControlLaw):
         whose step went over target (``bad``), above the highest that stayed under it
         (``good``), both seen on the path as it is now."""
         self._decisions += 1
-        now, cheap, costly = self._decisions, error < -self.deadband, error > self.deadband
+        # only decisive steps count: a window's round trip moves the error by more than
+        # ``bracket_error``; jitter and a smooth cost curve move it by less
+        now, cheap, costly = (
+            self._decisions,
+            error < -self.bracket_error,
+            error > self.bracket_error,
+        )
         good, bad = self._good, self._bad  # (density, step time, when), (density, when)
         # Forget what the path may no longer show: anything older than the memory; all of it
         # when a step at or below the good density went over target or took another time
@@ -479,8 +491,8 @@ class OwnQueueLaw(ControlLaw):
             if now - bad[1] > self.bracket_memory:
                 ceiling = bad[0]  # an old bad density: probe it again, no further
             return max(min(proposal, ceiling), self.density)
-        if now - good[2] <= _RECENT:  # down after a step over target: to a recent good
-            return max(proposal, min(good[0], self.density))
+        if costly and ran_at > good[0] * _RUNG and now - good[2] <= _RECENT:
+            return max(proposal, min(good[0], self.density))  # down from a probe: to good
         return proposal
 
     def share_at(self, density: float) -> tuple[float, float]:
