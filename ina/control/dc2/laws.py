@@ -348,8 +348,9 @@ class OwnQueueLaw(ControlLaw):
     path changed: on a staircase that time does not move), ``good`` after
     ``bracket_memory`` steps without a step under target near it; a ``bad`` that old is
     probed again (the ceiling becomes ``bad`` itself), and dropped if that step is under
-    target. Where the bytes queue (time smooth in the density) the law never steps over
-    target from under it on one rung, and the bracket changes nothing.
+    target. Only decisive steps (``|error| > bracket_error``) count: jitter must not enter
+    the bracket as an edge. Off by default: with congestion episodes of a few steps it cost
+    more than it gained (docs/dc2.md).
 
     Args:
         share: target share of the step for the job's own bytes (``alpha / eps``), at
@@ -378,7 +379,7 @@ class OwnQueueLaw(ControlLaw):
         gain: float = 0.5,
         deadband: float = 0.2,
         max_step: float = math.log(4),
-        bracket: bool = True,
+        bracket: bool = False,
         bracket_error: float = 1.0,
         bracket_tolerance: float = 0.15,
         bracket_memory: int = 256,
