@@ -342,7 +342,8 @@ class OwnQueueLaw(ControlLaw):
     time) and the lowest above it that went over (``bad``), as the switch ran them (the
     caller reports the agreed level, `DC2Controller.step`). Steps up stop half way (in log
     density) to ``bad`` and at ``good`` once the two are a rung apart; a step down after a
-    step over target stops at a recent ``good``. So the law bisects to the edge in a few
+    probe above ``good`` went over target stops at ``good`` if it was seen in the last four
+    steps. So the law bisects to the edge in a few
     probes and stays below it. It forgets: all of it when a step at or below ``good`` goes
     over target or takes a time more than ``bracket_tolerance`` away from ``good``'s (the
     path changed: on a staircase that time does not move), ``good`` after
