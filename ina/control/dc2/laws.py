@@ -455,13 +455,10 @@ class OwnQueueLaw(ControlLaw):
         whose step went over target (``bad``), above the highest that stayed under it
         (``good``), both seen on the path as it is now."""
         self._decisions += 1
+        now = self._decisions
         # only decisive steps count: a window's round trip moves the error by more than
         # ``bracket_error``; jitter and a smooth cost curve move it by less
-        now, cheap, costly = (
-            self._decisions,
-            error < -self.bracket_error,
-            error > self.bracket_error,
-        )
+        cheap, costly = error < -self.bracket_error, error > self.bracket_error
         good, bad = self._good, self._bad  # (density, step time, when), (density, when)
         # Forget what the path may no longer show: anything older than the memory; all of it
         # when a step at or below the good density went over target or took another time
