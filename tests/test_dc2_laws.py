@@ -517,10 +517,8 @@ def test_the_bracket_holds_the_edge_of_a_staircase(agreed, spread):
     finds the edge within two rungs and stays below it, also where a step's chunks vary by
     10 % (the union of the workers' supports), so that the edge is not sharp."""
     phases = [(200, 1.0, 0.018)]
-    cycle, free = own_queue_loop(OwnQueueLaw(), phases, spread=spread, **STAIR)
-    held, dc2 = own_queue_loop(
-        OwnQueueLaw(bracket=True), phases, agreed=agreed, spread=spread, **STAIR
-    )
+    cycle, free = own_queue_loop(OwnQueueLaw(bracket=False), phases, spread=spread, **STAIR)
+    held, dc2 = own_queue_loop(OwnQueueLaw(), phases, agreed=agreed, spread=spread, **STAIR)
     assert np.ptp(cycle[-50:]) > 0.3  # the limit cycle, one window to several
     late = held[-120:]
     below = late <= EDGE
@@ -535,8 +533,8 @@ def test_the_bracket_changes_nothing_where_bytes_queue():
     """Capacity episodes (the bytes queue at a bottleneck, no window): the bracket never
     holds the law back, the same densities step for step as without it."""
     phases = [(30, 10.0, 0.0), (40, 0.1, 0.0), (30, 10.0, 0.0), (40, 0.05, 0.0), (30, 1.0, 0.0)]
-    with_, _ = own_queue_loop(OwnQueueLaw(min_density=0.003, bracket=True), phases, chunks=1000)
-    without, _ = own_queue_loop(OwnQueueLaw(min_density=0.003), phases, chunks=1000)
+    with_, _ = own_queue_loop(OwnQueueLaw(min_density=0.003), phases, chunks=1000)
+    without, _ = own_queue_loop(OwnQueueLaw(min_density=0.003, bracket=False), phases, chunks=1000)
     assert np.array_equal(with_, without)
 
 
@@ -545,8 +543,8 @@ def test_the_bracket_is_forgotten_when_the_path_changes():
     then the staircase again: the law follows the slow path down as it does without the
     bracket, and finds the edge again after it."""
     phases = [(100, 1.0, 0.018), (60, 0.01, 0.018), (100, 1.0, 0.018)]
-    levels, dc2 = own_queue_loop(OwnQueueLaw(bracket=True), phases, **STAIR)
-    free, _ = own_queue_loop(OwnQueueLaw(), phases, **STAIR)
+    levels, dc2 = own_queue_loop(OwnQueueLaw(), phases, **STAIR)
+    free, _ = own_queue_loop(OwnQueueLaw(bracket=False), phases, **STAIR)
     assert EDGE / 1.03**2 <= levels[99] <= EDGE
     assert levels[130:160].max() <= EDGE / 2  # the slow path: well below the old edge
     assert levels[130:160].max() == pytest.approx(free[130:160].max(), rel=0.25)

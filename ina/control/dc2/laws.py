@@ -341,17 +341,16 @@ class OwnQueueLaw(ControlLaw):
     remembers the highest density whose step stayed under target (``good``, with its step
     time) and the lowest above it that went over (``bad``), as the switch ran them (the
     caller reports the agreed level, `DC2Controller.step`). Steps up stop half way (in log
-    density) to ``bad`` and at ``good`` once the two are a rung apart; a step down after a
-    probe above ``good`` went over target stops at ``good`` if it was seen in the last four
-    steps. So the law bisects to the edge in a few
-    probes and stays below it. It forgets: all of it when a step at or below ``good`` goes
+    density) to ``bad`` and at ``good`` once the two are a rung apart; steps down are the
+    law's own. So the law bisects to the edge in a few probes and stays below it. It
+    forgets: all of it when a step at or below ``good`` goes
     over target or takes a time more than ``bracket_tolerance`` away from ``good``'s (the
     path changed: on a staircase that time does not move), ``good`` after
     ``bracket_memory`` steps without a step under target near it; a ``bad`` that old is
     probed again (the ceiling becomes ``bad`` itself), and dropped if that step is under
     target. Only decisive steps (``|error| > bracket_error``) count: jitter must not enter
-    the bracket as an edge. Off by default: with congestion episodes of a few steps it cost
-    more than it gained (docs/dc2.md).
+    the bracket as an edge. Where the bytes' time is smooth (no window edge), the law's own
+    steps keep it inside the bracket and the bracket changes nothing.
 
     Args:
         share: target share of the step for the job's own bytes (``alpha / eps``), at
@@ -380,7 +379,7 @@ class OwnQueueLaw(ControlLaw):
         gain: float = 0.5,
         deadband: float = 0.2,
         max_step: float = math.log(4),
-        bracket: bool = False,
+        bracket: bool = True,
         bracket_error: float = 1.0,
         bracket_tolerance: float = 0.15,
         bracket_memory: int = 256,
@@ -472,6 +471,8 @@ class OwnQueueLaw(ControlLaw):
                 bad, good = (ran_at, now), (good[0] / _RUNG**2, good[1], good[2])
             elif costly or abs(period / good[1] - 1) > self.bracket_tolerance:
                 good = bad = None
+            else:  # a step at or below it, as fast: the path still shows it
+                good = (good[0], good[1], now)
         if cheap and bad is not None and ran_at >= bad[0] and now - bad[1] > self.bracket_memory:
             bad = None  # the probe of an old bad density: no longer over target
         if (
@@ -490,8 +491,6 @@ class OwnQueueLaw(ControlLaw):
             if now - bad[1] > self.bracket_memory:
                 ceiling = bad[0]  # an old bad density: probe it again, no further
             return max(min(proposal, ceiling), self.density)
-        if costly and ran_at > good[0] * _RUNG and now - good[2] <= _RECENT:
-            return max(proposal, min(good[0], self.density))  # down from a probe: to good
         return proposal
 
     def share_at(self, density: float) -> tuple[float, float]:
