@@ -343,14 +343,14 @@ class OwnQueueLaw(ControlLaw):
     caller reports the agreed level, `DC2Controller.step`). Steps up stop half way (in log
     density) to ``bad`` and at ``good`` once the two are a rung apart; steps down are the
     law's own. So the law bisects to the edge in a few probes and stays below it. It
-    forgets: all of it when a step at or below ``good`` goes
-    over target or takes a time more than ``bracket_tolerance`` away from ``good``'s (the
-    path changed: on a staircase that time does not move), ``good`` after
-    ``bracket_memory`` steps without a step under target near it; a ``bad`` that old is
-    probed again (the ceiling becomes ``bad`` itself), and dropped if that step is under
-    target. Only decisive steps (``|error| > bracket_error``) count: jitter must not enter
-    the bracket as an edge. Where the bytes' time is smooth (no window edge), the law's own
-    steps keep it inside the bracket and the bracket changes nothing.
+    forgets all of it when a step at or below ``good`` goes over target or takes a time
+    more than ``bracket_tolerance`` away from ``good``'s (the path changed: on a staircase
+    that time does not move), or after ``bracket_memory`` steps without a step at or below
+    ``good`` as fast as it; a ``bad`` that old is probed again (the ceiling becomes ``bad``
+    itself), and dropped if that step is under target. Only decisive steps (``|error| >
+    bracket_error``) count: jitter must not enter the bracket as an edge. Where the bytes'
+    time is smooth in the density (they queue at a bottleneck), a decisive step over target
+    seldom lies just above one under it, and the bracket seldom acts.
 
     Args:
         share: target share of the step for the job's own bytes (``alpha / eps``), at
@@ -507,7 +507,7 @@ class OwnQueueLaw(ControlLaw):
 
 
 _RUNG = 1.03  # a little more than one rung of the ladder: densities this close are one level
-_RECENT = 4  # decisions: a good density seen under target this recently is still good
+_RECENT = 4  # decisions: a good density confirmed this recently is still good
 
 
 def _logit(p: float) -> float:
