@@ -120,6 +120,8 @@ def test_registry():
         ("ownq", {"share": 0.0}),
         ("ownq", {"share": 1.0}),
         ("ownq", {"gain": 0.0}),
+        ("ownq", {"bracket": 0.5}),
+        ("ownq", {"bracket_error": 0.1}),
         ("aimd", {"min_density": 0.5, "initial": 0.1}),
     ],
 )

@@ -400,6 +400,8 @@ class OwnQueueLaw(ControlLaw):
             raise ValueError("need 0 < knee <= 1 and knee_width > 0")
         if not (gain > 0 and max_step > 0 and deadband >= 0):
             raise ValueError("need gain > 0, max_step > 0, deadband >= 0")
+        if bracket not in (0, 1):  # a law parameter arrives as a number: 0 or 1
+            raise ValueError(f"bracket must be 0 (off) or 1 (on), got {bracket}")
         if not (bracket_error >= deadband and bracket_tolerance > 0 and bracket_memory >= 1):
             raise ValueError(
                 "need bracket_error >= deadband, bracket_tolerance > 0, bracket_memory >= 1"
