@@ -127,6 +127,25 @@ def test_analysis_and_goals_on_a_synthetic_table():
     )
 
 
+def test_a_time_varying_scenario_without_its_state_runs_has_no_oracle():
+    """`episodes` mixes two states: without the runs held in each, its oracle is not
+    measured (not the steady one its full runs would give), and goal 2 says so."""
+    args = parse("--scenarios", "episodes", "--levels", "0.01", "--laws", "target")
+    law = DC2_DEFAULT["target"]
+    rows = [_row("episodes", "dense", 190.0, 100), _row("episodes", "fixed:0.01", 200.0, 150),
+            _row("episodes", law, 140.0, 120)]  # fmt: skip
+    table = {"mnist1d": analyse(rows, args.config_list)["mnist1d"]}
+    e = table["mnist1d"]["episodes"]
+    assert math.isnan(e["oracle_s"]) and math.isnan(e["oracle_gain"]) and not e["states"]
+    assert e["regret"][law] == pytest.approx(140 / 190)  # the runs still compare
+    rows_goal = [(met, n) for g, met, n in goals(table, args.config_list)
+                 if g == "mnist1d/episodes: time-varying congestion"]  # fmt: skip
+    assert rows_goal == [(None, "the oracle was not measured (no state runs)")]
+    md = markdown(table, goals(table, args.config_list), args.config_list,
+                  argparse.Namespace(**{**vars(args), "command": "x"}), 60.0)  # fmt: skip
+    assert "| – | – |" in md and "no state runs" in md
+
+
 def test_seeds_are_averaged_before_regret_and_oracle():
     """Regret and the oracle on the means over seeds; the spread is min-max; a seed that
     missed the target leaves its method without a time (regret inf)."""
