@@ -34,10 +34,10 @@ from pathlib import Path
 
 try:
     from bmv2_topologies import topology
-    from bmv2_topologies.launch import InaNetwork, choose_target, log, max_lanes
+    from bmv2_topologies.network import InaNetwork, choose_target, log, max_lanes
 except ImportError:  # run as a script
     import topology  # type: ignore[no-redef]
-    from launch import InaNetwork, choose_target, log, max_lanes  # type: ignore[no-redef]
+    from network import InaNetwork, choose_target, log, max_lanes  # type: ignore[no-redef]
 
 from ina.protocol import UDP_PORT
 

@@ -28,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bmv2_topologies.launch import (
+from bmv2_topologies.network import (
     DEVICE_ID,
     MTU,
     REPO_ROOT,
@@ -74,7 +74,7 @@ class TreeNetwork(InaNetwork):
         self.switch_nice = 0
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        from bmv2_topologies.launch import State
+        from bmv2_topologies.network import State
 
         self.state = State(self.state_dir / "state.json")
         self.pool_size = pool_size or fabric.pool_size

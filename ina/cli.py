@@ -25,7 +25,7 @@ COMMANDS = {
     "switch": ("ina.switch_model.run", "run the switch model"),
     "allreduce": ("ina.host.allreduce_cmd", "allreduce a tensor with N workers and check it"),
     "counters": ("ina.control.counters_cli", "read a switch's counters over P4Runtime"),
-    "train": ("ina.train.cli", "train a PyTorch model with gradients summed in the switch"),
+    "train": ("ina.train_cli", "train a PyTorch model with gradients summed in the switch"),
     "bench": ("ina.bench.cli", "run benchmarks"),
     "experiment": ("ina.experiments.cli", "run an experiment (dc2: delay-aware compression)"),
     "sim": ("ina.sim.cli", "simulate in virtual time (allreduce, validate)"),

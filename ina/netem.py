@@ -38,6 +38,7 @@ carry its delay model's parameters: ``high:episode_on_s=5:episode_off_s=5``.
 from __future__ import annotations
 
 import abc
+import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -853,3 +854,16 @@ def make_link(
     except TypeError as e:  # a parameter this profile does not have
         raise ValueError(f"link profile {name!r}: {e}") from None
     return LinkEmulator(delay, rate_bps, loss, reorder, loss_seed, buffer_bytes, capacity, cross)
+
+
+def congested_fraction(profile: str, workers: int) -> tuple[float, bool]:
+    """(fraction of time some link is in an episode, whether episodes are shared)."""
+    name, params = parse_profile(profile)
+    if name != "high":
+        raise ValueError(f"the bound needs a profile with congestion episodes (high), not {name!r}")
+    defaults = inspect.signature(HighVariationDelay).parameters
+    on = params.get("episode_on_s", defaults["episode_on_s"].default)
+    off = params.get("episode_off_s", defaults["episode_off_s"].default)
+    shared = params.get("episode_seed", -1) >= 0
+    p_on = on / (on + off)
+    return (p_on if shared else 1 - (1 - p_on) ** (2 * workers)), shared

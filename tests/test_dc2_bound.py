@@ -12,11 +12,11 @@ import pytest
 from ina.experiments import cli
 from ina.experiments.dc2_bound import (
     Level,
-    congested_fraction,
     oracle_speedups,
     oracle_time,
     time_to_target,
 )
+from ina.netem import congested_fraction
 
 # Dense is the best level on a quiet path, 1 % on a congested one.
 LEVELS = [

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from ina.experiments import cli, dc2
+from ina.experiments import cli, dc2, dc2_common
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -24,7 +24,7 @@ def read(path) -> list[dict]:
 
 
 def test_configs_parse_and_reject():
-    cfgs = dc2.parse_configs("dense, fixed:0.05 ,aimd,target:initial=0.01:min_density=0.01")
+    cfgs = dc2_common.parse_configs("dense, fixed:0.05 ,aimd,target:initial=0.01:min_density=0.01")
     assert [c.kind for c in cfgs] == ["dense", "fixed", "dc2", "dc2"]
     assert cfgs[1].density == 0.05
     assert cfgs[1].train_args() == ["--compression", "homomorphic", "--density", "0.05"]
@@ -35,7 +35,7 @@ def test_configs_parse_and_reject():
     assert cfgs[3].label == "DC2 target" and cfgs[2].label == "DC2 aimd (law defaults)"
     for bad in ("fixed:2", "fixed:x", "magic", "target:nope=1", "dense,dense", ""):
         with pytest.raises(ValueError):
-            dc2.parse_configs(bad)
+            dc2_common.parse_configs(bad)
 
 
 def test_tiny_run_writes_csv_png_and_summary(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ina.train.mergecomp import (
+from ina.workload.mergecomp import (
     TensorInfo,
     brute_force,
     by_size,
@@ -81,9 +81,10 @@ def test_merged_hook_reduces_each_group_once_and_writes_the_means_back():
     ends up holding the mean of both workers' gradients (int32 fixed point: to ~1e-6)."""
     from ina.compressors import make_communicator
     from ina.host.allreduce import Worker
-    from ina.sim.network import NetworkSpec, SimTransport, build
-    from ina.sim.train import SimBucket
-    from ina.train.hook import INAHookState, MergedHookState
+    from ina.sim.backends import build
+    from ina.sim.network import NetworkSpec, SimTransport
+    from ina.workload.buckets import SimBucket
+    from ina.workload.hook import INAHookState, MergedHookState
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
     params = list(model.parameters())[::-1]  # backward order
@@ -120,9 +121,10 @@ def test_the_chosen_partition_is_fastest_in_simulation_and_the_model_predicts_it
     """A synthetic codec table (250 us per call, gradients 200 us apart) and the simulated network: the searched
     partition's simulated iteration is no slower than per tensor or DDP's buckets, and the
     cost model predicts the simulation."""
-    from ina.sim.mergecomp import TableCost, comm_seconds, grid, simulate
+    from ina.sim.mergecomp import comm_seconds, simulate
     from ina.sim.network import NetworkSpec
-    from ina.train.models import build_model
+    from ina.workload.mergecomp import TableCost, grid
+    from ina.workload.models import build_model
 
     torch.manual_seed(0)
     model = build_model("cnn1d", (1, 40), 10)
@@ -156,7 +158,7 @@ def test_mergecomp_hook_in_real_ddp_through_the_udp_switch(tmp_path):
     from ina.host.allreduce import Worker
     from ina.host.launch import LocalSwitch, local_jobs
     from ina.host.transport import WorkerConfig
-    from ina.train.hook import INAHookState, MergedHookState, mergecomp_hook
+    from ina.workload.hook import INAHookState, MergedHookState, mergecomp_hook
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bmv2_topologies import topology
-from bmv2_topologies.launch import (
+from bmv2_topologies.network import (
     Target,
     cmdline_of,
     interface_exists,
@@ -131,7 +131,8 @@ def test_the_cli_prints_what_mininets_prints(tmp_path, capfd, monkeypatch):
     """`make topo` opens Mininet's CLI: ``nodes`` and ``pingall`` must print their answers
     (the launcher builds the network at log level warning, which silenced them)."""
     _mininet_or_skip()
-    from bmv2_topologies.launch import InaNetwork, choose_target, open_cli
+    from bmv2_topologies.launch import open_cli
+    from bmv2_topologies.network import InaNetwork, choose_target
 
     commands = tmp_path / "commands"
     commands.write_text("nodes\npingall\n")  # then end of file: the CLI exits
@@ -172,7 +173,7 @@ def test_the_cli_prints_what_mininets_prints(tmp_path, capfd, monkeypatch):
 )
 def test_allreduce_across_three_mininet_hosts(kind, tmp_path, request):
     _mininet_or_skip()
-    from bmv2_topologies.launch import InaNetwork, choose_target
+    from bmv2_topologies.network import InaNetwork, choose_target
 
     # BMv2 runs the program compiled for this session (p4_program skips without p4c)
     program = None
@@ -255,7 +256,7 @@ def test_two_level_allreduce_in_mininet(kind, tmp_path, request):
     """two_level_2x2: a spine and two leaves, each its own switch process; the leaves send
     their racks' partial sums up, the spine's result comes back down; every sum exact."""
     _mininet_or_skip()
-    from bmv2_topologies.launch import choose_target
+    from bmv2_topologies.network import choose_target
     from bmv2_topologies.tree import TreeNetwork
 
     program = None

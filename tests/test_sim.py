@@ -15,8 +15,9 @@ import pytest
 from ina.host.allreduce import Worker
 from ina.protocol import FRAME_OVERHEAD, packet_bytes
 from ina.sim import allreduce as sim_allreduce
-from ina.sim.allreduce import run, workers_for
-from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, build
+from ina.sim.allreduce import run
+from ina.sim.backends import build
+from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, workers_for
 
 FRAME = packet_bytes(256) + FRAME_OVERHEAD
 

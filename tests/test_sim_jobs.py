@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from ina.sim import jobs
-from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, build
+from ina.sim.backends import build
+from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 
 
 def spec(**kw) -> NetworkSpec:

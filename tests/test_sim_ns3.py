@@ -12,7 +12,8 @@ import pytest
 
 from ina.sim import allreduce as sim_allreduce
 from ina.sim import ns3net
-from ina.sim.network import LinkSpec, NetworkSpec, build
+from ina.sim.backends import build
+from ina.sim.network import LinkSpec, NetworkSpec
 
 why = ns3net.unavailable()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"ns-3 backend unavailable: {why}")

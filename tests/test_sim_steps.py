@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from ina.sim.network import NetworkSpec
-from ina.sim.train import buckets_of
 from ina.sim.train_steps import example_batch, model_of, run, step_seconds
-from ina.train.data import SHAPES, load_dataset
-from ina.train.textdata import VOCAB_SIZE
-from ina.train.workloads import resolve
+from ina.workload.buckets import buckets_of
+from ina.workload.data import SHAPES, load_dataset
+from ina.workload.tasks import resolve
+from ina.workload.textdata import VOCAB_SIZE
 
 INA = [sys.executable, "-m", "ina", "sim"]
 
@@ -58,7 +58,7 @@ def test_compute_models_time_a_batch_of_the_data_sets_shape():
     text = resolve("pytext")
     x, y = example_batch(text, 4)
     assert x.shape == y.shape == (4, *SHAPES["pytext"][0]) and int(x.max()) < VOCAB_SIZE
-    from ina.sim.compute import parse_compute
+    from ina.workload.compute import parse_compute
 
     model = model_of(resolve("digits", "big_mlp"))
     flops = step_seconds(resolve("digits", "big_mlp"), model, parse_compute("flops:h100:1"), 32)

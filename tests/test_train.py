@@ -29,11 +29,11 @@ import numpy as np
 import pytest
 import torch
 
+from ina import train_cli as cli
 from ina.host.allreduce import Worker
 from ina.host.transport import WorkerConfig
-from ina.train import cli
-from ina.train.data import load_dataset, read_idx
-from ina.train.hook import INAHookState
+from ina.workload.data import load_dataset, read_idx
+from ina.workload.hook import INAHookState
 
 pytestmark = pytest.mark.network
 
@@ -47,7 +47,7 @@ def parse(argv: list[str]):
 
 
 def run_train(out: Path, *extra: str, timeout: float = 170) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ina.train.cli", "--out", str(out), "--no-progress", *extra]
+    cmd = [sys.executable, "-m", "ina.train_cli", "--out", str(out), "--no-progress", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -239,7 +239,7 @@ def test_dead_worker_fails_the_others_and_the_switch_serves_the_next_run(tmp_pat
 def test_diverging_run_ends_with_one_line_per_rank_and_no_traceback(tmp_path):
     # lr 1e8 makes the loss infinite within a few steps: each rank says so in one line,
     # torchrun's own failure report (a traceback and a table per rank) stays out of it
-    cmd = [sys.executable, "-m", "ina.train.cli", "--out", str(tmp_path), "--no-progress"]
+    cmd = [sys.executable, "-m", "ina.train_cli", "--out", str(tmp_path), "--no-progress"]
     cmd += ["--workers", "2", "--epochs", "1", "--lr", "1e8"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]

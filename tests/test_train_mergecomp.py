@@ -12,7 +12,7 @@ import pytest
 
 from ina.cli import main as ina_main
 from ina.sim.train_steps import model_of
-from ina.train.workloads import resolve
+from ina.workload.tasks import resolve
 
 # simulated times independent of this host: fixed compute, the codec at a throughput (also
 # the cost model's codec), a slow network so that the rounds' per-call latency matters

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from ina.train import cli, textdata
-from ina.train.data import MNIST1D_SAMPLES, _mnist1d_arrays, load_dataset
-from ina.train.models import build_model, num_parameters
-from ina.train.workloads import ACCURACY, BPC, TASKS, build_rank, evaluate, loss_fn, resolve
+from ina import train_cli as cli
+from ina.workload import textdata
+from ina.workload.data import MNIST1D_SAMPLES, _mnist1d_arrays, load_dataset
+from ina.workload.models import build_model, num_parameters
+from ina.workload.tasks import ACCURACY, BPC, TASKS, build_rank, evaluate, loss_fn, resolve
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -25,13 +25,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import numpy as np
 
-from ina.compressors import COMPRESSORS, Aggregation, make_communicator, parse_args
-from ina.host.compression import LocalGroup
-from ina.host.rounds import Reduced, run_blocking
+from ina.compressors import Aggregation, make_communicator
+from ina.compressors.timing import parse_row, record, replay_seconds
 from ina.protocol import HEADER_BYTES, LANE_BYTES
 
 # The table's rows: every method with its defaults, plus settings worth a row of their own.
@@ -59,50 +57,6 @@ HEAD = (
     "| method | path | rounds | bits/value (lanes) | bits/value (+ headers) | vs dense int32 "
     "| encode+decode MB/s (CPU time) | (wall clock) | exact |\n|---|---|---|---|---|---|---|---|---|"
 )
-
-
-def parse_row(row: str) -> tuple[str, dict[str, str]]:
-    """``NAME[:key=value...]`` -> name and arguments (ValueError in one line)."""
-    name, *pairs = row.split(":")
-    if name not in COMPRESSORS:
-        raise ValueError(f"unknown compressor {name!r}; known: {', '.join(sorted(COMPRESSORS))}")
-    return name, parse_args(pairs)
-
-
-def record(name: str, args: dict[str, str], xs: list[np.ndarray]):
-    """All workers' step through `LocalGroup`: every worker's `Reduction`, the communicators,
-    and the switch's answers to worker 0 (to replay in `replay_seconds`)."""
-    workers = len(xs)
-    comms = [make_communicator(name, workers, w, 1, args) for w in range(workers)]
-    recorded: list[Reduced] = []
-
-    def body(w, reduce):
-        def recording(values, op, exp=0, level=0):
-            out = reduce(values, op, exp, level)
-            if w == 0:
-                recorded.append(Reduced(np.asarray(out[0]).copy(), int(out[1]), int(out[2])))
-            return out
-
-        return comms[w].step(xs[w], "bucket", recording)
-
-    reds = LocalGroup(workers, timeout=600).run(body)
-    return reds, comms, recorded
-
-
-def replay_seconds(
-    name: str, args: dict[str, str], x: np.ndarray, workers: int, recorded, repeats: int
-) -> tuple[list[float], list[float]]:
-    """Worker 0's whole step on ``x`` against the switch's ``recorded`` answers, ``repeats``
-    times: (CPU seconds, wall seconds) of each (the switch's own work is not timed)."""
-    cpu, wall = [], []
-    for _ in range(repeats):
-        comm = make_communicator(name, workers, 0, 1, args)
-        replay = iter(recorded)
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run_blocking(comm.step_steps(x, "bucket"), lambda rnd, _it=replay: next(_it))
-        cpu.append(time.process_time() - start_cpu)
-        wall.append(time.perf_counter() - start)
-    return cpu, wall
 
 
 def measure_stats(name: str, args: dict[str, str], xs: list[np.ndarray], lanes: int, repeats: int):

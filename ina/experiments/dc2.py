@@ -26,11 +26,9 @@ fixed levels and repeats every configuration to show the spread.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
-import os
 import shutil
 import statistics
 import sys
@@ -38,12 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# DC2's laws as this experiment runs them: start at, and never go below, 1 % density. Below
-# about 1/(32 N) the OR round's bitmap (n/32 words, 3 % of dense) dominates the traffic, so
-# harder compression saves little time and costs accuracy; starting there, rather than
-# dense, is TCP's slow start (start small, grow while the path is quiet). The laws'
-# defaults (initial 1.0, floor 0.1 %) are in the long run too, as `target`.
-DC2_TUNED = "initial=0.01:min_density=0.01"
+from ina.experiments.dc2_common import DC2_TUNED, Config, output_to, parse_configs
 
 # The two presets. Every value can be overridden on the command line.
 SHORT = {
@@ -72,92 +65,6 @@ GOAL_VS_DENSE = 5.0  # high variation: at least 5x faster to the target than no 
 GOAL_VS_FIXED = 1.3  # ... and 1.3x faster than the best fixed level
 GOAL_ACC_PP = 0.5  # ... with the final accuracy within 0.5 pp of no compression
 GOAL_LOW_SLOWDOWN = 0.10  # low variation: at most 10 % slower than the best fixed level
-
-
-@dataclass(frozen=True)
-class Config:
-    """One compression configuration: ``dense``, ``fixed:D``, or a DC2 law name with optional
-    law parameters, ``target:initial=0.01:min_density=0.01``."""
-
-    spec: str
-
-    @property
-    def kind(self) -> str:
-        if self.spec == "dense":
-            return "dense"
-        return "fixed" if self.spec.startswith("fixed:") else "dc2"
-
-    @property
-    def density(self) -> float | None:
-        return float(self.spec.split(":", 1)[1]) if self.kind == "fixed" else None
-
-    @property
-    def law(self) -> str | None:
-        return self.spec.split(":")[0] if self.kind == "dc2" else None
-
-    @property
-    def law_params(self) -> list[str]:
-        return self.spec.split(":")[1:] if self.kind == "dc2" else []
-
-    @property
-    def label(self) -> str:
-        if self.kind == "fixed":
-            return f"fixed {self.density:g}"
-        if self.kind == "dense":
-            return "dense"
-        params = ":".join(self.law_params)
-        if params == DC2_TUNED:
-            return f"DC2 {self.law}"
-        return f"DC2 {self.law} ({params.replace(':', ', ') if params else 'law defaults'})"
-
-    @property
-    def slug(self) -> str:
-        return self.spec.replace(":", "_").replace("=", "").replace("/", "_")
-
-    def train_args(self) -> list[str]:
-        if self.kind == "dense":
-            return ["--compression", "dense"]
-        if self.kind == "fixed":
-            return ["--compression", "homomorphic", "--density", repr(self.density)]
-        out = ["--compression", "dc2", "--law", self.law]
-        for item in self.law_params:
-            out += ["--law-param", item]
-        return out
-
-
-def parse_configs(text: str) -> list[Config]:
-    """``dense,fixed:0.01,aimd,target:initial=0.01`` -> configurations; raises ValueError on a
-    bad one."""
-    from ina.control.dc2.laws import LAWS
-    from ina.train.cli import law_params
-
-    out = []
-    for spec in (s.strip() for s in text.split(",") if s.strip()):
-        cfg = Config(spec)
-        if cfg.kind == "fixed":
-            try:
-                d = cfg.density
-            except ValueError:
-                raise ValueError(f"bad fixed level {spec!r}: use fixed:DENSITY") from None
-            if not 0 < d < 1:
-                raise ValueError(f"fixed density must be in (0, 1), got {spec!r}")
-        elif cfg.kind == "dc2":
-            if cfg.law not in LAWS or cfg.law == "fixed":
-                raise ValueError(
-                    f"unknown configuration {spec!r}: dense, fixed:DENSITY or a DC2 law "
-                    f"({', '.join(sorted(k for k in LAWS if k != 'fixed'))}), optionally "
-                    "with law parameters: target:initial=0.01:min_density=0.01"
-                )
-            try:
-                LAWS[cfg.law](**law_params(cfg.law_params))
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"configuration {spec!r}: {e}") from None
-        out.append(cfg)
-    if not out:
-        raise ValueError("no configurations")
-    if len({c.spec for c in out}) != len(out):
-        raise ValueError("a configuration is listed twice")
-    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -279,30 +186,9 @@ def train_argv(args: argparse.Namespace, profile: str, cfg: Config, where: Path)
     return argv
 
 
-@contextlib.contextmanager
-def output_to(path: Path):
-    """Send this process's stdout and stderr (file descriptors 1 and 2, so that child processes
-    follow) to ``path`` for the duration."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(path, "ab") as f:
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-
-
 def train_once(argv: list[str], where: Path) -> int:
     """One `ina train` run in this process (its output to ``where/train.log``)."""
-    from ina.train import cli as train_cli
+    from ina import train_cli
 
     parser = argparse.ArgumentParser(prog="ina train")
     train_cli.add_arguments(parser)

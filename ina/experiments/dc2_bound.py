@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import math
 import statistics
 import sys
@@ -44,12 +43,13 @@ from pathlib import Path
 from ina.experiments.dc2 import (
     GOAL_VS_DENSE,
     GOAL_VS_FIXED,
-    Config,
     RunData,
     run_dir,
     train_argv,
     train_once,
 )
+from ina.experiments.dc2_common import Config
+from ina.netem import congested_fraction
 
 # Always congested: the first quiet period lasts a microsecond, then one episode of ~11 days.
 _ALWAYS_ON = ":episode_off_s=1e-6:episode_on_s=1e6"
@@ -99,21 +99,6 @@ def oracle_speedups(levels: list[Level], f: float) -> tuple[float, float, float]
     dense = fixed.get(1.0, math.nan)
     best = min((t for d, t in fixed.items() if d < 1.0), default=math.inf)
     return t_star, dense / t_star, best / t_star
-
-
-def congested_fraction(profile: str, workers: int) -> tuple[float, bool]:
-    """(fraction of time some link is in an episode, whether episodes are shared)."""
-    from ina.netem import HighVariationDelay, parse_profile
-
-    name, params = parse_profile(profile)
-    if name != "high":
-        raise ValueError(f"the bound needs a profile with congestion episodes (high), not {name!r}")
-    defaults = inspect.signature(HighVariationDelay).parameters
-    on = params.get("episode_on_s", defaults["episode_on_s"].default)
-    off = params.get("episode_off_s", defaults["episode_off_s"].default)
-    shared = params.get("episode_seed", -1) >= 0
-    p_on = on / (on + off)
-    return (p_on if shared else 1 - (1 - p_on) ** (2 * workers)), shared
 
 
 def _config(density: float) -> Config:

@@ -46,23 +46,18 @@ import traceback
 from pathlib import Path
 
 from ina.experiments import regret as rg
-from ina.experiments.dc2 import Config, output_to, parse_configs
+from ina.experiments.dc2_common import (
+    DC2_DEFAULT,
+    GOAL_FIXED_REGRET,
+    GOAL_REGRET,
+    Config,
+    label,
+    output_to,
+    parse_configs,
+    read_steps,
+    sim_run_dir,
+)
 
-# ONE configuration per law, used in every scenario and workload (no per-scenario tuning).
-# The signal is the queueing delay the workers see (srtt - base RTT of their chunks). An
-# absolute bound of 0.5 ms: the time of a byte-bound step is compute plus queueing, so a
-# queue of about half a (1 ms) step is where sending fewer bytes starts to pay for the steps
-# it costs (docs/dc2.md, "DC2 in simulated time"). Floor 0.003: the hardest rung of the
-# ladder that still reaches the targets. The target law with gain 1 and steps of up to 8x:
-# the queue a step builds is proportional to its bytes, so one step of ln(q / target) lands
-# on the target (a first try with the law's gain 0.5 and 2x steps took 4-5 steps, 15-20 ms,
-# to come down at the start of an episode and as long to come back up after it).
-DC2_DEFAULT = {
-    "ownq": "ownq:share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:"
-    "gain=0.5:max_step=1.386",
-    "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
-    "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
-}
 DEFAULT_LAWS = "ownq,aimd"  # "target": the first study's law, kept to reproduce its tables
 LADDER = (0.3, 0.1, 0.03, 0.01, 0.003)
 WORKLOADS = {"mnist1d": "mnist1d", "pytext": "pytext"}
@@ -80,8 +75,6 @@ LONG = {
 CONGESTED = ("persistent", "episodes", "high", "trace")  # goal 3: "under congestion"
 
 # Goals (issue 15).
-GOAL_REGRET = 1.15  # DC2 within 1.15x of the best fixed level in every scenario
-GOAL_FIXED_REGRET = 1.5  # every fixed level >= 1.5x slower than the best somewhere
 GOAL_ORACLE_ALLOWS = 1.3  # where the oracle allows >= 1.3x over the best fixed level ...
 GOAL_VS_BEST_FIXED = 1.2  # ... DC2 >= 1.2x faster than the best fixed level
 GOAL_CAPTURE = 0.8  # ... and captures >= 80 % of the oracle's gain
@@ -187,21 +180,14 @@ def _split(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
-def label(cfg: Config) -> str:
-    """``DC2 LAW`` for a law's default configuration; another one is named in full."""
-    if cfg.kind != "dc2":
-        return cfg.label
-    return f"DC2 {cfg.law}" if DC2_DEFAULT.get(cfg.law) == cfg.spec else f"DC2 {cfg.spec}"
-
-
 # ---- one run (a module-level function: run_sweep ships it to processes by name) ------------
 
 
 def run_job(job: dict) -> dict:
     """One simulated training run; returns its row (``error`` set if it failed)."""
+    from ina import train_cli
     from ina.sim import train as sim_train
     from ina.sim.scenario import load_scenario
-    from ina.train import cli as train_cli
 
     where = Path(job["dir"])
     if where.exists():
@@ -234,7 +220,7 @@ def run_job(job: dict) -> dict:
 def summarize(where: Path) -> dict:
     """What the tables need from one finished run's files."""
     r = json.loads((where / "result.json").read_text())
-    steps = _read_steps(where)
+    steps = read_steps(where)
     typical = steps[2:] or steps  # the dense warm-up step and the first are not typical
     n = max(r["steps"], 1)
     return {
@@ -252,17 +238,6 @@ def summarize(where: Path) -> dict:
     }
 
 
-def _read_steps(where: Path) -> list[dict]:
-    path = where / "steps.csv"
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return [
-            {k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()}
-            for row in csv.DictReader(f)
-        ]
-
-
 # ---- the plan -------------------------------------------------------------------------------
 
 
@@ -278,12 +253,6 @@ def _argv(args, workload: str, cfg: Config, target: bool, max_steps: int, seed: 
         if workload in args.target_map:
             argv.append(repr(args.target_map[workload]))
     return argv
-
-
-def run_dir(out: Path | str, workload: str, scenario: str, cfg: Config, seed: int, seeds: int):
-    """Where one run to target writes: a ``seed-S`` folder per seed when there are several."""
-    base = Path(out) / workload / scenario / cfg.slug
-    return base / f"seed-{seed}" if seeds > 1 else base
 
 
 def plan(args: argparse.Namespace) -> list[dict]:
@@ -305,7 +274,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
                             for a in _argv(args, w, cfg, True, max_steps, seed)]  # fmt: skip
                     jobs.append({"workload": w, "scenario": name, "state": "", "fraction": 1.0,
                                  "config": cfg.spec, "seed": seed, "argv": argv,
-                                 "dir": str(run_dir(out, w, sc.name, cfg, seed,
+                                 "dir": str(sim_run_dir(out, w, sc.name, cfg, seed,
                                                     len(seeds)))})  # fmt: skip
             states = sc.states()
             if len(states) < 2:
@@ -534,7 +503,7 @@ def _minutes(wall_s: float) -> str:
 
 def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: float) -> str:
     from ina.sim.scenario import load_scenario
-    from ina.train.workloads import resolve as resolve_workload
+    from ina.workload.tasks import resolve as resolve_workload
 
     lines = [
         f"# DC2 in simulated time ({'long' if args.long else 'short'} run)",

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ina.experiments.dc2 import Config
-from ina.experiments.dc2_sim import GOAL_FIXED_REGRET, GOAL_REGRET, _read_steps, label, run_dir
+from ina.experiments.dc2_common import (
+    GOAL_FIXED_REGRET,
+    GOAL_REGRET,
+    Config,
+    label,
+    read_steps,
+    sim_run_dir,
+)
 
 
 def _run_dir(args, workload: str, scenario: str, spec: str) -> Path:
@@ -18,7 +24,7 @@ def _run_dir(args, workload: str, scenario: str, spec: str) -> Path:
     from ina.sim.scenario import load_scenario
 
     seeds = args.seed_list
-    return run_dir(args.out, workload, load_scenario(scenario).name, Config(spec), seeds[0],
+    return sim_run_dir(args.out, workload, load_scenario(scenario).name, Config(spec), seeds[0],
                    len(seeds))  # fmt: skip
 
 
@@ -32,7 +38,7 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
     """One figure per workload: the metric against simulated time, a panel per scenario."""
     import matplotlib.pyplot as plt
 
-    from ina.train.workloads import resolve
+    from ina.workload.tasks import resolve
 
     colors, paths = _colors(args.config_list), []
     for w, scenarios in table.items():
@@ -44,7 +50,7 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
         for ax, name in zip(axes.flat, scenarios, strict=False):
             for c in args.config_list:
-                steps = _read_steps(_run_dir(args, w, name, c.spec))
+                steps = read_steps(_run_dir(args, w, name, c.spec))
                 pts = [(s["time_s"], s[col]) for s in steps if not math.isnan(s.get(col, math.nan))]
                 if not pts:
                     continue
@@ -115,7 +121,7 @@ def plot_level(table: dict, args, out: Path) -> list[Path]:
         t_end = 0.0
         for c in laws:
             where = _run_dir(args, w, name, c.spec)
-            steps = _read_steps(where)
+            steps = read_steps(where)
             if not steps:
                 continue
             t = [s["time_s"] for s in steps]

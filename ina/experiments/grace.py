@@ -9,7 +9,7 @@ Per method (a row of `ina.bench.compressors.DEFAULT_ROWS`, or ``--methods``):
 * **encode+decode**: worker 0's whole compressed step on that gradient on this CPU (the
   least CPU time of ``--repeats``, the switch's answers replayed), in MB/s of float32 input.
   That time is also the *codec model* of the method's training runs
-  (`ina.sim.compute.CodecModel` at that throughput), so a slow codec costs simulated time as
+  (`ina.workload.compute.CodecModel` at that throughput), so a slow codec costs simulated time as
   it would on this CPU;
 * **steps and simulated time to the target**, **final metric**: one `ina train --sim` run per
   workload and network (`ina.sim.train.SimTraining`), evaluated every ``--eval-every`` steps;
@@ -125,9 +125,9 @@ def train_one(run: Run) -> dict:
     import contextlib
     import io
 
-    from ina.sim.compute import CodecModel, parse_compute
     from ina.sim.train import SimTraining
-    from ina.train.workloads import resolve
+    from ina.workload.compute import CodecModel, parse_compute
+    from ina.workload.tasks import resolve
 
     name, pairs = run.name_args
     out = Path(run.out)
@@ -188,8 +188,8 @@ def gradient_size(workload: str, seed: int) -> int:
     import torch
 
     from ina.sim.train_steps import model_of
-    from ina.train.models import num_parameters
-    from ina.train.workloads import resolve
+    from ina.workload.models import num_parameters
+    from ina.workload.tasks import resolve
 
     torch.manual_seed(seed)
     return num_parameters(model_of(resolve(workload, MODELS[workload])))
@@ -200,7 +200,8 @@ def measure_methods(methods: list[str], n: int, workers: int, repeats: int) -> d
     encode+decode throughput (`ina.bench.compressors.measure_stats`)."""
     import numpy as np
 
-    from ina.bench.compressors import measure_stats, parse_row
+    from ina.bench.compressors import measure_stats
+    from ina.compressors.timing import parse_row
 
     # Warm the allocator as a training process's is: glibc serves arrays above its mmap
     # threshold (128 KiB at start) with fresh mmaps, page faults and all, until a freed one
@@ -229,7 +230,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, help="SGD learning rate (default: the workload's)")
-    p.add_argument("--compute", default="fixed:5ms", help="compute per step (ina.sim.compute)")
+    p.add_argument("--compute", default="fixed:5ms", help="compute per step (ina.workload.compute)")
     p.add_argument("--repeats", type=int, default=5, help="timed codec runs per method (least)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -256,7 +257,7 @@ def run_dir(base: str | Path, workload: str, network: str, method: str) -> Path:
 def plan(args: argparse.Namespace) -> list[Run]:
     """The runs of the matrix (ValueError: a one-line reason); codec throughputs filled in
     later."""
-    from ina.bench.compressors import parse_row
+    from ina.compressors.timing import parse_row
 
     if not args.sim:
         raise ValueError("only the simulated experiment exists: add --sim")

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from ina import topology
-from ina.host.allreduce import CompressionConfig, Worker
 from ina.p4.entities import POOL_SLOTS
-from ina.sim.network import PLACEMENTS, NetworkSpec, SimNetwork, SimTransport, build
+from ina.sim.backends import build
+from ina.sim.network import PLACEMENTS, NetworkSpec, workers_for
 from ina.sim.options import add_network_arguments, describe, network_spec
 
 
@@ -74,15 +74,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_network_arguments(p)
 
 
-def workers_for(net: SimNetwork, density: float = 1.0) -> list[Worker]:
-    """One `Worker` per simulated worker node, on its simulated transport and clock."""
-    comp = CompressionConfig(density=density)
-    return [
-        Worker(n.core.cfg, transport=SimTransport(n.core), compression=comp, clock=lambda: net.now)
-        for n in net.workers
-    ]
-
-
 def run(
     spec: NetworkSpec,
     size: int,
@@ -93,7 +84,7 @@ def run(
     lookahead_s: float | None = None,
 ) -> dict:
     """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker.
-    ``codec_time`` charges the workers' own code (see `ina.sim.compute.CodecModel`);
+    ``codec_time`` charges the workers' own code (see `ina.workload.compute.CodecModel`);
     ``lookahead_s`` caps every node's lookahead (1e-9: one packet per event, as the ns-3
     backend delivers them; `ina sim fidelity` uses it to tell batching from modelling)."""
     net = build(spec, codec_time)

@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def scenarios(args) -> dict[str, NetworkSpec]:
-    from ina.sim import units
+    from ina import units
 
     link = LinkSpec(
         rate_bps=units.rate(args.link_rate),

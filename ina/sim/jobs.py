@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ina.sim.allreduce import workers_for
-from ina.sim.network import NetworkSpec, OrderedLink, build
+from ina.sim.backends import build
+from ina.sim.network import NetworkSpec, OrderedLink, workers_for
 from ina.sim.options import describe
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ina import units
+from ina.host.allreduce import CompressionConfig, Worker
 from ina.host.transport_core import TransportCore, TransportStats, WorkerConfig
 from ina.netem import (
     CapacityEpisodes,
@@ -53,7 +55,6 @@ from ina.protocol import (
     MAX_WORKERS,
     packet_bytes,
 )
-from ina.sim import units
 from ina.sim.engine import Engine, make_engine
 from ina.sim.nodes import Link, OrderedLink, Program, SwitchNode, WorkerNode
 from ina.switch_model.pipeline import PARENT, Pipeline
@@ -199,10 +200,6 @@ class NetworkSpec:
                 f"{self.jobs * self.pool_size}; the switch has {self.switch_slots}"
             )
         self.worker_config(0)  # the transport's own checks (timers)
-        if self.backend == "ns3":
-            from ina.sim.ns3net import check  # what ns-3 models (no ns-3 import)
-
-            check(self)
 
     def worker_config(self, worker_id: int, job: int = 0) -> WorkerConfig:
         """Worker ``worker_id`` of job ``job`` (counted from 0)."""
@@ -382,6 +379,15 @@ class SimNetwork:
         return self.engine.now
 
 
+def workers_for(net: SimNetwork, density: float = 1.0) -> list[Worker]:
+    """One `Worker` per simulated worker node, on its simulated transport and clock."""
+    comp = CompressionConfig(density=density)
+    return [
+        Worker(n.core.cfg, transport=SimTransport(n.core), compression=comp, clock=lambda: net.now)
+        for n in net.workers
+    ]
+
+
 def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
     """Wire the network of ``spec`` (see the module docstring).
 
@@ -394,10 +400,8 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
     (a test compares them), with one worker's memory and work. With several jobs, one
     representative per job (on one host, when the jobs share hosts).
     """
-    if spec.backend == "ns3":
-        from ina.sim import ns3net  # imports ns-3 only when asked for
-
-        return ns3net.build(spec, codec_time)
+    if spec.backend != "fast":
+        raise ValueError(f"backend {spec.backend!r}: build it with ina.sim.backends.build")
     if spec.topology is not None:
         return _build_tree(spec, spec.topology, codec_time)
     engine = make_engine(spec.engine)

@@ -427,7 +427,7 @@ class WorkerNode:
     """A worker: its transport core, its links, and the program it runs.
 
     ``codec_time(wall_seconds)`` turns the wall time the program's own code took between two
-    yields (quantizing, compressing, peeling...) into simulated time (`ina.sim.compute`).
+    yields (quantizing, compressing, peeling...) into simulated time (`ina.workload.compute`).
     """
 
     def __init__(

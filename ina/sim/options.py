@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ina.sim import units
+from ina import units
+from ina.sim.backends import check
 from ina.sim.engine import ENGINES
 from ina.sim.network import BACKENDS, NetworkSpec, SwitchSpec, parse_link
 
@@ -95,7 +96,7 @@ def network_spec(
         )
 
     switch_rate = None if args.switch_rate in ("none", "inf") else units.rate(args.switch_rate)
-    return NetworkSpec(
+    spec = NetworkSpec(
         workers=workers,
         up=link(args.up_rate),
         down=link(args.down_rate),
@@ -110,6 +111,8 @@ def network_spec(
         timing_only=timing_only,
         topology=topology,
     )
+    check(spec)  # what the backend cannot model, before anything runs
+    return spec
 
 
 def describe(spec: NetworkSpec) -> str:

@@ -8,7 +8,7 @@ time) and the codec's throughput. ``ina train --sim --scenario NAME|PATH`` train
 in ``ina/sim/scenarios/`` (`names`); any other file is given by its path.
 
 A file (every key but ``description`` and ``source`` optional; units as on the command
-line, `ina.sim.units`)::
+line, `ina.units`)::
 
     {
       "description": "what it stands for, in one line",
@@ -45,9 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ina.sim import units
-from ina.sim.compute import parse_codec, parse_compute
+from ina import units
 from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, capacity_model, parse_link
+from ina.workload.compute import parse_codec, parse_compute
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 
@@ -166,7 +166,7 @@ class Scenario:
         if cap.startswith("trace:") or profile.startswith("timeline:"):
             return self._timeline_states()
         if profile.startswith("high") and not _high_is_steady(profile):
-            from ina.experiments.dc2_bound import congested_fraction
+            from ina.netem import congested_fraction
 
             f, _shared = congested_fraction(profile, self.workers)
             return [

@@ -8,7 +8,7 @@ with the N workers in one process and the clock and network simulated (`ina.sim`
    the same integers), so one model serves all of them: what differs per worker is its data
    shard, its `Worker` (error-feedback residuals, DC2 controller, transport core) and its
    timing.
-2. The step's compute time passes in simulated time (`ina.sim.compute`: measured on this
+2. The step's compute time passes in simulated time (`ina.workload.compute`: measured on this
    host and scaled, fixed, or FLOPs over a device profile).
 3. The gradient is cut into DDP's buckets (PyTorch's own bucket assignment, 1 MiB then
    25 MiB, in reverse parameter order) and each bucket goes through
@@ -40,81 +40,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ina.errors import Diverged
-from ina.sim.compute import CodecModel, ComputeModel, step_flops
-from ina.sim.network import NetworkSpec, SimTransport, build
+from ina.sim.backends import build
+from ina.sim.network import NetworkSpec, SimTransport
 from ina.sim.nodes import Compute
 from ina.sim.options import describe
-from ina.train import worker_main
-from ina.train.data import shard
-from ina.train.models import num_parameters
-from ina.train.worker_main import ina_worker, param_digest, with_metric
-from ina.train.workloads import build_rank, evaluate, loss_fn, resolve
-
-FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed: 1 MiB)
-BUCKET_BYTES = 25 * 1024 * 1024  # DDP's bucket_cap_mb default
+from ina.workload.buckets import SimBucket, buckets_of
+from ina.workload.compute import CodecModel, ComputeModel, calibrate_step, step_flops
+from ina.workload.data import shard
+from ina.workload.models import num_parameters
+from ina.workload.rank import METRICS as RANK_METRICS
+from ina.workload.rank import STEP_LOG as RANK_STEP_LOG
+from ina.workload.rank import ina_worker, param_digest, with_metric
+from ina.workload.tasks import build_rank, evaluate, loss_fn, resolve
 
 # `ina train`'s columns (epoch_s, step_ms, comm_ms, time_s, step_s, comm_s simulated here),
 # plus the simulated clock and the wall time
-METRICS = (*worker_main.METRICS, "sim_time_s", "wall_s")
-STEP_LOG = (*(c for c in worker_main.STEP_LOG if c != "monotonic"), "wall_s")
-
-
-class SimBucket:
-    """What `INAHookState` reads of a DDP ``GradBucket``, for one bucket of parameters."""
-
-    def __init__(self, index: int, params: list[torch.nn.Parameter], last: bool) -> None:
-        self._index, self._params, self._last = index, params, last
-        self.numel = sum(p.numel() for p in params)
-        self.flat: torch.Tensor | None = None
-
-    def index(self) -> int:
-        return self._index
-
-    def buffer(self) -> torch.Tensor:
-        return self.flat
-
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return self._params
-
-    def is_last(self) -> bool:
-        return self._last
-
-    def gather(self) -> torch.Tensor:
-        """The parameters' gradients as one flat tensor (a copy)."""
-        return torch.cat([p.grad.reshape(-1) for p in self._params]).clone()
-
-    def scatter(self, flat: torch.Tensor) -> None:
-        """Set the parameters' gradients from a flat tensor."""
-        offset = 0
-        for p in self._params:
-            n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p).clone()
-            offset += n
-
-
-def calibrate_step(model: torch.nn.Module, x, y, repeats: int = 7) -> float:
-    """Median wall seconds of a forward and backward pass on one batch (after a warm-up)."""
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        loss_fn(model(x), y).backward()
-        times.append(time.perf_counter() - t0)
-    model.zero_grad(set_to_none=True)
-    return float(np.median(times[1:]))
-
-
-def buckets_of(model: torch.nn.Module) -> list[SimBucket]:
-    """DDP's buckets: PyTorch's assignment by size over the parameters in reverse order."""
-    params = [p for p in model.parameters() if p.requires_grad][::-1]
-    groups, _ = dist._compute_bucket_assignment_by_size(
-        [p.detach() for p in params], [FIRST_BUCKET_BYTES, BUCKET_BYTES]
-    )
-    return [
-        SimBucket(i, [params[j] for j in g], i == len(groups) - 1) for i, g in enumerate(groups)
-    ]
+METRICS = (*RANK_METRICS, "sim_time_s", "wall_s")
+STEP_LOG = (*(c for c in RANK_STEP_LOG if c != "monotonic"), "wall_s")
 
 
 class SimTraining:
@@ -166,7 +110,9 @@ class SimTraining:
             self.flops = step_flops(self.model, x, y, loss_fn)
         # measured compute: this host's time for one worker's step, calibrated once (the
         # median of several), so that no worker becomes a straggler by timing noise
-        self.step_wall = calibrate_step(self.model, x, y) if compute.kind == "measured" else 0.0
+        self.step_wall = (
+            calibrate_step(self.model, x, y, loss_fn) if compute.kind == "measured" else 0.0
+        )
         # MergeComp (--mergecomp): the partition searched for this model, compressor, network,
         # compute and codec, applied through each worker's MergedHookState
         self.plan = self.merged = None
@@ -196,7 +142,7 @@ class SimTraining:
         tiny ``bucket_cap_mb``; one `MergedHookState` per worker."""
         from ina.compressors import parse_args
         from ina.sim.mergecomp import plan_partition
-        from ina.train.hook import MergedHookState
+        from ina.workload.hook import MergedHookState
 
         c = self.config
         step_s = self.compute.step_time(self.step_wall, self.flops)
@@ -473,7 +419,7 @@ def print_summary(r: dict) -> None:
 
 
 def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, codec) -> int:
-    """Run and report; called by `ina.train.cli` with everything already checked."""
+    """Run and report; called by `ina.train_cli` with everything already checked."""
     out = Path(config["out"])
     (out / "config.json").write_text(json.dumps({**config, "network": describe(spec)}, indent=1))
     sim = SimTraining(config, spec, compute, codec, out)
@@ -484,7 +430,7 @@ def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, cod
         flush=True,
     )
     if sim.plan is not None:
-        from ina.sim.mergecomp import print_plan
+        from ina.workload.mergecomp import print_plan
 
         print_plan(sim.plan, f"{len(sim.plan.groups)} groups, searched in simulation")
     r = sim.run()

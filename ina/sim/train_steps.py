@@ -4,11 +4,11 @@ training.
 What a step of data-parallel training costs at a scale this host cannot train at (a thousand
 workers), from the model's definition alone:
 
-1. The model (`ina.train.models`, a workload of `ina.train.workloads`) is built from the data
-   set's shapes (`ina.train.data.SHAPES`), never trained and no data set loaded; its
+1. The model (`ina.workload.models`, a workload of `ina.workload.tasks`) is built from the data
+   set's shapes (`ina.workload.data.SHAPES`), never trained and no data set loaded; its
    parameters are cut into DDP's buckets exactly as `ina train --sim` cuts them
    (`ina.sim.train.buckets_of`: PyTorch's own assignment, 1 MiB then 25 MiB).
-2. Each step is the compute model's time for one worker's batch (`ina.sim.compute`:
+2. Each step is the compute model's time for one worker's batch (`ina.workload.compute`:
    ``fixed:TIME``, ``flops:DEVICE[:EFFICIENCY]`` counted by torch on one batch of the data
    set's shape, or ``measured[:SCALE]``, this host's time for that batch), then one allreduce
    per bucket, in DDP's order, of random float32 values of the bucket's size: the same
@@ -35,20 +35,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ina.sim.allreduce import workers_for
-from ina.sim.compute import CodecModel, ComputeModel, parse_codec, parse_compute, step_flops
-from ina.sim.network import NetworkSpec, build
+from ina.sim.backends import build
+from ina.sim.network import NetworkSpec, workers_for
 from ina.sim.nodes import Compute
 from ina.sim.options import add_network_arguments, describe, network_spec
-from ina.sim.train import buckets_of, calibrate_step
-from ina.train.data import SHAPES
-from ina.train.models import build_model, num_parameters
-from ina.train.workloads import TASKS, Workload, loss_fn, resolve
+from ina.workload.buckets import buckets_of
+from ina.workload.compute import (
+    CodecModel,
+    ComputeModel,
+    calibrate_step,
+    parse_codec,
+    parse_compute,
+    step_flops,
+)
+from ina.workload.data import SHAPES
+from ina.workload.models import build_model, num_parameters
+from ina.workload.tasks import TASKS, Workload, loss_fn, resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="digits", help=f"data set: {', '.join(sorted(TASKS))}")
-    p.add_argument("--model", help="model (default: the data set's own; ina/train/models.py)")
+    p.add_argument("--model", help="model (default: the data set's own; ina/workload/models.py)")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--steps", type=int, default=5, help="training steps")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (compute models)")
@@ -96,7 +103,7 @@ def step_seconds(workload: Workload, model, compute: ComputeModel, batch: int) -
     x, y = example_batch(workload, batch)
     if compute.needs_flops:
         return compute.step_time(0.0, step_flops(model, x, y, loss_fn))
-    return compute.step_time(calibrate_step(model, x, y))
+    return compute.step_time(calibrate_step(model, x, y, loss_fn))
 
 
 class SumCheck:

@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ina import units
 from ina.protocol import MAX_LANES
-from ina.sim import units
 
 SIZE = 250_000
 LANES = 4096

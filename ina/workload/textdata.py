@@ -17,7 +17,7 @@ deterministically:
    position is the next character.
 
 The corpus depends on the Python version (its stdlib differs), not on anything else: the run's
-seed only shuffles the windows (`ina.train.data.shard`). To train on another version's corpus
+seed only shuffles the windows (`ina.workload.data.shard`). To train on another version's corpus
 (to repeat a run made under Python 3.11 on a machine with 3.12, say), point the environment
 variable ``INA_PYTEXT_STDLIB`` at a folder holding that version's top-level ``*.py`` files.
 Scores are bits per character on the held-out windows: mean cross-entropy in nats over ln 2.
@@ -95,10 +95,9 @@ def _corpus(root: str | None) -> tuple[bytes, bytes, int, int]:
     return _read(train, TRAIN_BYTES), _read(test, TEST_BYTES), len(train), len(test)
 
 
-def load_pytext(seed: int = 0, path: str | None = None):
-    """The ``pytext`` data set: int64 windows ``(n, SEQ_LEN)`` and next-character labels."""
-    from ina.train.data import Dataset
-
+def pytext_arrays(path: str | None = None):
+    """The ``pytext`` windows: int64 ``(n, SEQ_LEN)`` inputs and next-character labels, for
+    training and for test (`ina.workload.data.load_pytext` makes them a data set)."""
     if path:
         raise ValueError("pytext reads the Python standard library's sources: it takes no path")
     train, test, _, _ = _corpus(os.environ.get(STDLIB_ENV) or None)
@@ -107,4 +106,4 @@ def load_pytext(seed: int = 0, path: str | None = None):
     if len(xte) == 0 or len(xtr) == 0:
         raise ValueError("pytext: the standard library's sources are too small for a window")
     t = torch.from_numpy
-    return Dataset("pytext", t(xtr), t(ytr), t(xte), t(yte), VOCAB_SIZE, kind="text")
+    return t(xtr), t(ytr), t(xte), t(yte)

@@ -219,18 +219,18 @@ def ina_allreduce_hook(
 
 class MergedHookState:
     """State of `mergecomp_hook`: a partition of the parameters into groups (MergeComp,
-    `ina.train.mergecomp`), each group reduced as one call once all its gradients are in.
+    `ina.workload.mergecomp`), each group reduced as one call once all its gradients are in.
 
     Args:
         inner: the `INAHookState` whose worker, mode, warm-up and DC2 steps apply; its
             per-call arguments are used with the key ``("group", k)`` per group.
         groups: lists of parameters, each parameter in exactly one group, in the order the
-            groups are sent (`ina.train.mergecomp.search` picks them). Register DDP with a
+            groups are sent (`ina.workload.mergecomp.search` picks them). Register DDP with a
             small ``bucket_cap_mb`` so that it hands over each gradient as soon as it exists.
     """
 
     def __init__(self, inner: INAHookState, groups) -> None:
-        from ina.train.mergecomp import GroupReducer
+        from ina.workload.mergecomp import GroupReducer
 
         # Hyperparameters.
         self.inner = inner

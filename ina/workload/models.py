@@ -1,7 +1,7 @@
 """Models for `ina train`, by registry name.
 
 Every factory takes the data set's input shape (without the batch dimension) and number of
-classes. `INPUTS` says which kinds of data set (`ina.train.data.Dataset.kind`) a model takes:
+classes. `INPUTS` says which kinds of data set (`ina.workload.data.Dataset.kind`) a model takes:
 the image models work on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32), the MLPs
 on MNIST-1D's signals (1x40) too.
 
@@ -155,7 +155,7 @@ MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
     "resnet": resnet,
 }
 
-# The kinds of data set each model takes (`ina.train.data.Dataset.kind`).
+# The kinds of data set each model takes (`ina.workload.data.Dataset.kind`).
 INPUTS: dict[str, tuple[str, ...]] = {
     "mlp": ("image", "signal"),
     "cnn": ("image",),

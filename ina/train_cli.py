@@ -19,7 +19,7 @@ What one run does:
 ``ina train`` with no options is the README's main command (``make train``): a small MLP on
 scikit-learn's digits, 4 workers, 20 epochs, about 20-40 s on two cores. ``--dataset
 mnist1d`` (a 1-D CNN) and ``--dataset pytext`` (a character LSTM, scored in bits per
-character) are the harder workloads (`ina.train.workloads`); ``--target`` stops a run at a
+character) are the harder workloads (`ina.workload.tasks`); ``--target`` stops a run at a
 value of the workload's metric.
 """
 
@@ -34,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ina.train.hook import COMPRESSIONS
-from ina.train.models import MODELS
-from ina.train.workloads import TASKS, Workload, resolve
+from ina.workload.hook import COMPRESSIONS
+from ina.workload.models import MODELS
+from ina.workload.tasks import TASKS, Workload, resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -204,7 +204,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--compute",
         help="with --sim: compute time per step: measured[:SCALE], fixed:TIME, "
-        "flops:DEVICE[:EFFICIENCY] (ina/sim/compute.py; default measured, or the scenario's)",
+        "flops:DEVICE[:EFFICIENCY] (ina/workload/compute.py; default measured, or the scenario's)",
     )
     s.add_argument(
         "--codec",
@@ -375,7 +375,7 @@ def link_rate_bps(text: str | None) -> float | None:
     """``--link-rate`` in bit/s: a rate with its unit, or a bare number of Mbit/s."""
     if text is None:
         return None
-    from ina.sim import units
+    from ina import units
 
     try:
         value = float(text) * 1e6
@@ -388,7 +388,7 @@ def link_rate_bps(text: str | None) -> float | None:
 
 def sim_models(args: argparse.Namespace):
     """The network spec, compute and codec models of ``--sim`` (ValueError: why not)."""
-    from ina.sim.compute import parse_codec, parse_compute
+    from ina.workload.compute import parse_codec, parse_compute
 
     if args.scenario:
         from ina.sim.scenario import load_scenario
@@ -418,7 +418,7 @@ def sim_network(args: argparse.Namespace, workers: int):
 def scenario_models(args: argparse.Namespace, scenario):
     """The network spec, compute and codec models of ``--sim`` on a loaded `Scenario`; the
     scenario's compute and codec profiles go into ``args`` (and so into the run's config)."""
-    from ina.sim.compute import parse_codec, parse_compute
+    from ina.workload.compute import parse_codec, parse_compute
 
     model = resolve(args.dataset, args.model).model
     spec, args.compute, args.codec = scenario.models(
@@ -429,7 +429,10 @@ def scenario_models(args: argparse.Namespace, scenario):
     if (args.engine, backend) != (spec.engine, spec.backend):
         from dataclasses import replace
 
-        spec = replace(spec, engine=args.engine, backend=backend)  # checks ns-3's limits
+        from ina.sim.backends import check
+
+        spec = replace(spec, engine=args.engine, backend=backend)
+        check(spec)  # ns-3's limits, before anything runs
     return spec, parse_compute(args.compute), parse_codec(args.codec)
 
 

@@ -2,13 +2,13 @@
 
 The default, ``digits``, is scikit-learn's `load_digits` (1,797 8x8 handwritten digits that
 ship inside the installed scikit-learn package), so a fresh machine trains offline. Two more
-are made on the machine itself (`ina.train.textdata` and `load_mnist1d` below):
+are made on the machine itself (`ina.workload.textdata` and `load_mnist1d` below):
 
 - ``mnist1d``: MNIST-1D (Greydanus 2020, PyPI ``mnist1d``), 1-D signals of 40 samples drawn
   procedurally from ten templates by ``make_dataset``: harder than digits for a small model,
   so that compression visibly costs steps;
 - ``pytext``: characters of the Python standard library's own sources, for a character-level
-  language model (`ina.train.textdata`).
+  language model (`ina.workload.textdata`).
 
 MNIST and CIFAR-10 are read from files the user already has, in their standard formats:
 
@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ina.train.textdata import SEQ_LEN, VOCAB_SIZE
+from ina.workload.textdata import SEQ_LEN, VOCAB_SIZE, pytext_arrays
 
 # What a model needs to know of each data set, without loading it: the input shape of one
 # sample and the number of classes (text: the vocabulary). `ina sim train --timing-only`
@@ -65,7 +65,7 @@ class Dataset:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int  # text: the vocabulary's size
-    kind: str = "image"  # "image", "signal" or "text": which models fit (`ina.train.models`)
+    kind: str = "image"  # "image", "signal" or "text": which models fit (`ina.workload.models`)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -223,10 +223,8 @@ def load_mnist1d(seed: int = 0, path: str | None = None) -> Dataset:
 
 
 def load_pytext(seed: int = 0, path: str | None = None) -> Dataset:
-    """Characters of the Python standard library's sources (`ina.train.textdata`)."""
-    from ina.train.textdata import load_pytext as load
-
-    return load(seed=seed, path=path)
+    """Characters of the Python standard library's sources (`ina.workload.textdata`)."""
+    return Dataset("pytext", *pytext_arrays(path), VOCAB_SIZE, kind="text")
 
 
 DATASETS: dict[str, Callable[..., Dataset]] = {

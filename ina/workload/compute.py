@@ -23,10 +23,13 @@ switch rounds), `--codec`:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ina.sim import units
+import numpy as np
+
+from ina import units
 
 # Peak dense FP32 (no tensor cores), FLOP/s, from the vendors' data sheets.
 DEVICES = {
@@ -133,3 +136,14 @@ def step_flops(model, x, y, loss_fn) -> float:
         loss_fn(model(x), y).backward()
     model.zero_grad(set_to_none=True)
     return float(counter.get_total_flops())
+
+
+def calibrate_step(model, x, y, loss_fn, repeats: int = 7) -> float:
+    """Median wall seconds of a forward and backward pass on one batch (after a warm-up)."""
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        loss_fn(model(x), y).backward()
+        times.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return float(np.median(times[1:]))

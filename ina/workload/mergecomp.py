@@ -33,10 +33,18 @@ the INA worker once all of the group's gradients have arrived.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
+import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ina.workload.buckets import BUCKET_BYTES, FIRST_BUCKET_BYTES
 
 Partition = tuple[tuple[int, ...], ...]
 """Groups of tensor indices (positions in backward order), in the order they are sent."""
@@ -205,3 +213,173 @@ class GroupReducer:
     def pending(self) -> list[int]:
         """Groups with some but not all gradients (none at the end of a step)."""
         return sorted(self._parts)
+
+
+# -- a model's tensors, the cost table, the plan (both ways to train use them) ----------
+
+
+def backward_profile(model: torch.nn.Module, x, y, loss_fn, repeats: int = 5):
+    """``(forward share of the step, [(name, numel, ready fraction of backward)])`` in the
+    order backward produces the gradients; medians of ``repeats`` passes on this CPU."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    stamps: dict[str, list[float]] = {n: [] for n, _ in named}
+    fwd_share = []
+    current: dict[str, float] = {}
+
+    def hook_for(name):
+        def hook(_p):
+            current[name] = time.perf_counter()
+
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(hook_for(n)) for n, p in named]
+    # the passes must not train: batch norm's running statistics are put back afterwards
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    try:
+        for r in range(repeats + 1):  # the first pass warms up
+            model.zero_grad(set_to_none=True)
+            current.clear()
+            t0 = time.perf_counter()
+            loss = loss_fn(model(x), y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            if r:
+                fwd_share.append((t1 - t0) / (t2 - t0))
+                for n, _ in named:
+                    stamps[n].append((current[n] - t1) / (t2 - t1))
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+    rows = [(n, p.numel(), statistics.median(stamps[n])) for n, p in named]
+    # backward's order; ties (one autograd node making several gradients) in reverse
+    # parameter order, as DDP assumes
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][2], -i))
+    out, last = [], 0.0
+    for i in order:
+        last = max(last, rows[i][2])
+        out.append((rows[i][0], rows[i][1], last))
+    return statistics.median(fwd_share), out
+
+
+@dataclass(frozen=True)
+class TableCost:
+    """Seconds for one group of ``n`` values: codec plus simulated rounds, interpolated
+    linearly between calibrated sizes (and beyond the largest, along its last segment)."""
+
+    sizes: tuple[int, ...]
+    codec_s: tuple[float, ...]
+    comm_s: tuple[float, ...]
+
+    def _interp(self, n: int, ys: tuple[float, ...]) -> float:
+        xs = self.sizes
+        if n <= xs[0]:
+            return ys[0]
+        k = min(bisect.bisect_left(xs, n), len(xs) - 1)
+        x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
+        return max(y0 + (y1 - y0) * (n - x0) / (x1 - x0), 0.0)
+
+    def codec(self, n: int) -> float:
+        return self._interp(n, self.codec_s)
+
+    def comm(self, n: int) -> float:
+        return self._interp(n, self.comm_s)
+
+    def __call__(self, n: int) -> float:
+        return self.codec(n) + self.comm(n)
+
+
+def grid(largest: int, points: int = 14) -> list[int]:
+    """Sizes from 1 to ``largest``, geometric."""
+    sizes = {round(float(v)) for v in np.geomspace(1, max(largest, 2), points)}
+    return sorted(sizes | {1, largest})
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """MergeComp's partition of one model's gradients and what it was chosen under: the
+    tensors in backward order with their ready times, the cost table, the step's split into
+    forward and backward (`ina sim mergecomp` compares it; `ina train --mergecomp` applies
+    it)."""
+
+    tensors: tuple[TensorInfo, ...]
+    schedule: Schedule
+    cost: TableCost
+    forward_s: float
+    backward_s: float
+
+    @property
+    def groups(self) -> list[list[str]]:
+        """The groups as parameter names, in the order they are sent."""
+        return [[self.tensors[i].name for i in g] for g in self.schedule.groups]
+
+    def iteration_s(self, groups: Partition | None = None) -> float:
+        """The cost model's iteration time of ``groups`` (default: the chosen ones)."""
+        groups = self.schedule.groups if groups is None else groups
+        return self.forward_s + max(iteration_end(groups, self.tensors, self.cost), self.backward_s)
+
+    def baselines_s(self) -> dict[str, float]:
+        """The cost model's iteration time of per-tensor compression and of DDP's buckets
+        (1 MiB, then 25 MiB, filled in backward order), to compare with `iteration_s`."""
+        return {
+            "per tensor": self.iteration_s(per_tensor(len(self.tensors))),
+            "DDP buckets": self.iteration_s(
+                by_size(self.tensors, [FIRST_BUCKET_BYTES, BUCKET_BYTES])
+            ),
+        }
+
+    def describe(self) -> str:
+        """The chosen partition, a line per group (boundaries, tensor count, values, bytes)."""
+        return Schedule(self.schedule.groups, self.schedule.end_s).describe(self.tensors)
+
+    def as_dict(self) -> dict:
+        """JSON for config.json and result.json: each group's tensors, values and bytes."""
+        return {
+            "groups": self.groups,
+            "group_values": [sum(self.tensors[i].numel for i in g) for g in self.schedule.groups],
+            "group_bytes": [
+                4 * sum(self.tensors[i].numel for i in g) for g in self.schedule.groups
+            ],
+            "predicted_iteration_ms": 1e3 * self.iteration_s(),
+            "predicted_per_tensor_ms": 1e3 * self.baselines_s()["per tensor"],
+            "predicted_ddp_buckets_ms": 1e3 * self.baselines_s()["DDP buckets"],
+            "forward_ms": 1e3 * self.forward_s,
+            "backward_ms": 1e3 * self.backward_s,
+            "ready_ms": [1e3 * t.ready_s for t in self.tensors],
+        }
+
+
+def model_step_seconds(compute, model: torch.nn.Module, x, y) -> float:
+    """Seconds of one forward and backward pass under the compute model (`ina.workload.compute`):
+    fixed, counted FLOPs over a device, or measured on this CPU and scaled."""
+    from ina.workload.compute import calibrate_step, step_flops
+    from ina.workload.tasks import loss_fn
+
+    if compute.kind == "measured":
+        return compute.step_time(calibrate_step(model, x, y, loss_fn))
+    return compute.step_time(0.0, step_flops(model, x, y, loss_fn) if compute.needs_flops else 0)
+
+
+def plan_from(fwd_share: float, rows, step_s: float, cost) -> MergePlan:
+    """The search (step 3) on a `backward_profile` scaled to ``step_s`` and a cost table
+    (`calibrate`'s, or one measured on the wall clock: `ina.train.worker_main`)."""
+    forward_s, backward_s = fwd_share * step_s, (1 - fwd_share) * step_s
+    tensors = tuple(TensorInfo(n, k, f * backward_s) for n, k, f in rows)
+    return MergePlan(tensors, search(tensors, cost), cost, forward_s, backward_s)
+
+
+def print_plan(plan, how: str) -> None:
+    """MergeComp's chosen partition, once, before training (`ina train --mergecomp`)."""
+    others = ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in plan.baselines_s().items())
+    print(
+        f"MergeComp's partition ({how}): {len(plan.tensors)} gradient tensors in backward "
+        f"order; step {1e3 * (plan.forward_s + plan.backward_s):.3f} ms (forward "
+        f"{1e3 * plan.forward_s:.3f}); predicted iteration {1e3 * plan.iteration_s():.3f} ms "
+        f"({others}, under the same cost model)",
+        flush=True,
+    )
+    print(plan.describe(), flush=True)

@@ -30,8 +30,8 @@ from torch.nn.functional import cross_entropy
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from ina.train.data import DATASETS, Dataset, load_dataset, shard, test_shard
-from ina.train.models import INPUTS, MODELS, build_model
+from ina.workload.data import DATASETS, Dataset, load_dataset, shard, test_shard
+from ina.workload.models import INPUTS, MODELS, build_model
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Task:
     """What a data set asks of a model: its kind, its metric and default choices."""
 
     dataset: str
-    kind: str  # `ina.train.data.Dataset.kind`: which models fit (`ina.train.models.INPUTS`)
+    kind: str  # `ina.workload.data.Dataset.kind`: which models fit (`ina.workload.models.INPUTS`)
     metric: Metric
     default_model: str
     default_target: float
