@@ -11,8 +11,7 @@ import sys
 import pytest
 
 from ina.cli import main as ina_main
-from ina.sim.train_steps import model_of
-from ina.workload.tasks import resolve
+from ina.workload.tasks import model_of, resolve
 
 # simulated times independent of this host: fixed compute, the codec at a throughput (also
 # the cost model's codec), a slow network so that the rounds' per-call latency matters

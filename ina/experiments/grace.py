@@ -187,9 +187,8 @@ def gradient_size(workload: str, seed: int) -> int:
     data set made here (MNIST-1D takes 15-40 s of CPU to generate; each run makes its own)."""
     import torch
 
-    from ina.sim.train_steps import model_of
     from ina.workload.models import num_parameters
-    from ina.workload.tasks import resolve
+    from ina.workload.tasks import model_of, resolve
 
     torch.manual_seed(seed)
     return num_parameters(model_of(resolve(workload, MODELS[workload])))

@@ -93,6 +93,10 @@ class LinkSpec:
             raise ValueError(f"link rate must be > 0, got {self.rate_bps}")
         if not self.prop_delay_s >= 0:
             raise ValueError(f"propagation delay must be >= 0, got {self.prop_delay_s}")
+        if self.rate_bps is None and self.prop_delay_s == 0:
+            # a packet would cross the link in no time: the engine's lookahead is zero and
+            # the simulation cannot advance
+            raise ValueError("a link without a rate limit needs a propagation delay > 0")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss must be in [0, 1), got {self.loss}")
         if self.buffer_bytes is not None and not self.buffer_bytes > 0:

@@ -1,233 +1,255 @@
-"""`ina sim train`: training steps of a named model's gradients, in simulated time, without
-training.
+"""`ina sim train`: a workload's training steps in simulated time, without training.
 
-What a step of data-parallel training costs at a scale this host cannot train at (a thousand
-workers), from the model's definition alone:
+What a step of data-parallel training costs at a scale this host cannot train at, from the
+workload alone (`ina.workload`): a zoo model built on the meta device, an imported AICB file
+or torch.profiler trace, or one of the trainable models (``--dataset``/``--model``):
 
-1. The model (`ina.workload.models`, a workload of `ina.workload.tasks`) is built from the data
-   set's shapes (`ina.workload.data.SHAPES`), never trained and no data set loaded; its
-   parameters are cut into DDP's buckets exactly as `ina train --sim` cuts them
-   (`ina.sim.train.buckets_of`: PyTorch's own assignment, 1 MiB then 25 MiB).
-2. Each step is the compute model's time for one worker's batch (`ina.workload.compute`:
-   ``fixed:TIME``, ``flops:DEVICE[:EFFICIENCY]`` counted by torch on one batch of the data
-   set's shape, or ``measured[:SCALE]``, this host's time for that batch), then one allreduce
-   per bucket, in DDP's order, of random float32 values of the bucket's size: the same
-   `Worker.allreduce_steps`, transport core and switch pipeline as `ina sim allreduce`.
-3. ``--timing-only``: one representative worker stands for all N (`ina.sim.network.build`),
-   so N may be in the thousands; without it every worker is simulated (N <= 32) and every
-   sum is checked bit for bit. Both give the same simulated times (a test).
+1. Each layer's forward and backward time: measured where the workload has it, else the
+   device profile's roofline at the precision and efficiency (`ina.workload.devices`);
+   ``--compute fixed:TIME`` rescales the layers so that forward + backward take TIME.
+2. The step model (`ina.sim.step`): forward, backward layer by layer, each DDP bucket's
+   allreduce starting when its last gradient is ready and overlapping the rest of backward,
+   then the optimizer; INA through the transport and switch pipeline, or the ring and
+   halving-doubling baselines.
+3. ``--timing-only``: one representative worker stands for all N (any N); without it every
+   worker is simulated (N <= 32) and every sum is checked bit for bit. Stragglers scale each
+   worker's compute (`ina.sim.stragglers`).
 
-Reports the simulated time of every step (its compute and its communication), the total,
-and the bytes: gradient bytes per step, bytes each worker sent, bytes on the links. The
-numbers are a pure function of the options (no measured model), so ``--out DIR`` writes the
-same ``result.json`` twice apart from the fields named ``wall_*``.
+Writes ``result.json`` (per step ``iteration_s``, ``compute_s``, ``exposed_comm_s``,
+``codec_s``, ``throughput``; overall ``scaling_factor``), ``timeline.json`` (a Chrome trace:
+open it in Perfetto) and ``timeline.png``. The numbers are a pure function of the options:
+two runs write the same files apart from the fields named ``wall_*``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from ina.sim.backends import build
-from ina.sim.network import NetworkSpec, workers_for
-from ina.sim.nodes import Compute
-from ina.sim.options import add_network_arguments, describe, network_spec
-from ina.workload.buckets import buckets_of
-from ina.workload.compute import (
-    CodecModel,
-    ComputeModel,
-    calibrate_step,
-    parse_codec,
-    parse_compute,
-    step_flops,
-)
-from ina.workload.data import SHAPES
-from ina.workload.models import build_model, num_parameters
-from ina.workload.tasks import TASKS, Workload, loss_fn, resolve
+from ina import units
+from ina.errors import UsageError
+from ina.sim.options import add_network_arguments, network_spec
+from ina.sim.step import ALGORITHMS, CommConfig, shape_of, simulate
+from ina.sim.stragglers import parse_stragglers
+from ina.sim.timeline import draw, write_chrome_trace
+from ina.workload.compute import parse_codec
+from ina.workload.devices import DEFAULT_EFFICIENCY, DEVICES, device, gradient_bytes, layer_times
+from ina.workload.layers import PRECISIONS, Workload
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="digits", help=f"data set: {', '.join(sorted(TASKS))}")
-    p.add_argument("--model", help="model (default: the data set's own; ina/workload/models.py)")
-    p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--steps", type=int, default=5, help="training steps")
-    p.add_argument("--batch-size", type=int, default=32, help="per worker (compute models)")
-    p.add_argument(
-        "--compute",
-        default="fixed:5ms",
-        help="compute per step: fixed:TIME, flops:DEVICE[:EFFICIENCY] or measured[:SCALE]",
+    w = p.add_argument_group("workload")
+    w.add_argument(
+        "--workload",
+        help="a zoo model (ina workloads), an AICB file or a torch.profiler trace "
+        "(default: the trainable --dataset/--model)",
     )
-    p.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
+    w.add_argument("--dataset", default="digits", help="trainable workload's data set")
+    w.add_argument("--model", help="trainable workload's model (default: the data set's own)")
+    w.add_argument("--batch-size", type=int, help="per worker (default: the model's own)")
+    w.add_argument("--seq-len", type=int, help="sequence length of a language model")
+    w.add_argument("--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)}")
+    w.add_argument("--device", default="h100", help=f"one of {', '.join(DEVICES)}")
+    w.add_argument(
+        "--efficiency", type=float, default=DEFAULT_EFFICIENCY, help="share of the peak reached"
+    )
+    w.add_argument(
+        "--compute",
+        default="profile",
+        help="profile (the device's roofline per layer) or fixed:TIME (forward + backward, "
+        "the layers rescaled)",
+    )
+    w.add_argument(
+        "--stragglers", default="none", help="none, slow:W=F, jitter:SIGMA, factors:F,..."
+    )
+    c = p.add_argument_group("communication")
+    c.add_argument("--algorithm", default="ina", choices=ALGORITHMS)
+    c.add_argument("--density", type=float, default=1.0, help="INA: < 1 homomorphic sparse")
+    c.add_argument("--compressor", help="INA: a GRACE method (ina/compressors)")
+    c.add_argument(
+        "--compressor-arg", action="append", default=[], metavar="KEY=VALUE", help="its arguments"
+    )
+    c.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
+    c.add_argument("--lanes", type=int, default=256, help="lanes per packet")
+    c.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--steps", type=int, default=2, help="training steps")
     p.add_argument(
         "--timing-only",
         action="store_true",
         help="one representative worker stands for all (identical deterministic links): "
         "any number of workers",
     )
-    p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
-    p.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
     p.add_argument("--seed", type=int, default=0, help="seed of the gradients and the network")
-    p.add_argument("--out", help="directory for result.json")
+    p.add_argument("--out", help="directory for result.json, timeline.json and timeline.png")
+    p.add_argument("--trace", help="the Chrome trace's path (default: OUT/timeline.json)")
     add_network_arguments(p)
 
 
-def model_of(workload: Workload) -> torch.nn.Module:
-    """The workload's model, built from its data set's shapes (no data loaded)."""
-    shape, classes = SHAPES[workload.dataset]
-    return build_model(workload.model, shape, classes)
+def load_workload(args: argparse.Namespace) -> Workload:
+    """The workload the options name (ValueError in one line)."""
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.workload:
+        from ina.workload import imports, zoo
+
+        if args.workload in zoo.NAMES:
+            return zoo.build(args.workload, args.batch_size, args.precision, args.seq_len)
+        if args.workload in imports.EXAMPLES or Path(args.workload).exists():
+            w = imports.load(args.workload, args.precision)
+            return replace(w, samples=args.batch_size) if args.batch_size else w
+        raise ValueError(
+            f"--workload {args.workload!r}: not a zoo model ({', '.join(zoo.NAMES)}), "
+            f"a shipped example ({', '.join(imports.EXAMPLES)}) or a file"
+        )
+    from ina.workload import zoo
+    from ina.workload.tasks import resolve
+
+    task = resolve(args.dataset, args.model)
+    return zoo.trainable(task.dataset, task.model, args.batch_size or 32, args.precision)
 
 
-def example_batch(workload: Workload, batch: int, seed: int = 0):
-    """A batch of the data set's shape and types (random values): what the compute models
-    time or count the FLOPs of."""
-    shape, classes = SHAPES[workload.dataset]
-    g = torch.Generator().manual_seed(seed)
-    if workload.task.kind == "text":  # character ids in, the next character's id per position
-        x = torch.randint(0, classes, (batch, *shape), generator=g)
-        return x, torch.randint(0, classes, (batch, *shape), generator=g)
-    x = torch.randn((batch, *shape), generator=g)
-    return x, torch.randint(0, classes, (batch,), generator=g)
+def rescale(times, compute_s: float):
+    """Layer times scaled so that forward + backward take ``compute_s``."""
+    k = compute_s / times.compute if times.compute else 0.0
+    return replace(times, fwd=tuple(t * k for t in times.fwd), bwd=tuple(t * k for t in times.bwd))
 
 
-def step_seconds(workload: Workload, model, compute: ComputeModel, batch: int) -> float:
-    """Simulated seconds of one worker's forward and backward pass."""
-    if compute.kind == "fixed":
-        return compute.step_time(0.0)
-    x, y = example_batch(workload, batch)
-    if compute.needs_flops:
-        return compute.step_time(0.0, step_flops(model, x, y, loss_fn))
-    return compute.step_time(calibrate_step(model, x, y, loss_fn))
+def compressor_args(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"--compressor-arg {item!r}: use KEY=VALUE")
+        out[key] = value
+    return out
 
 
-class SumCheck:
-    """Every worker's decoded sums of a call against the int32 sum of what every worker
-    encoded, without holding every worker's arrays: a running sum and a digest per worker."""
+def prepare(args: argparse.Namespace):
+    """Everything a run needs, checked before anything runs."""
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    work = load_workload(args)
+    dev = device(args.device)
+    times = layer_times(work, dev, args.efficiency)
+    name, _, rest = args.compute.partition(":")
+    if name == "fixed" and rest:
+        times = rescale(times, units.seconds(rest, "--compute fixed"))
+    elif args.compute != "profile":
+        raise ValueError(
+            f"--compute {args.compute!r}: profile or fixed:TIME (measured and flops: are "
+            "ina train --sim's; here name --device, --precision and --efficiency)"
+        )
+    codec = parse_codec(args.codec)
+    if codec.scale and not codec.bytes_per_second:
+        raise ValueError("--codec: none or a throughput (no codec code runs to measure)")
+    stragglers = parse_stragglers(args.stragglers)
+    spec = network_spec(
+        args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+    )
+    bpv = PRECISIONS[work.precision]
+    comm = CommConfig(
+        args.algorithm, args.density, args.compressor, compressor_args(args.compressor_arg), bpv
+    )
+    if comm.compressor:
+        from ina.compressors import COMPRESSORS
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self.pending: dict[object, tuple[np.ndarray, list[bytes]]] = {}
-        self.exact = True
-
-    def add(self, call: object, ints: np.ndarray, sums: np.ndarray) -> None:
-        acc, digests = self.pending.setdefault(call, (np.zeros(ints.size, np.int32), []))
-        np.add(acc, ints, out=acc)  # int32: wraps around, as the switch adds
-        digests.append(hashlib.blake2b(np.ascontiguousarray(sums).tobytes()).digest())
-        if len(digests) == self.workers:
-            del self.pending[call]
-            expected = hashlib.blake2b(acc.tobytes()).digest()
-            self.exact &= all(d == expected for d in digests)
+        if comm.compressor not in COMPRESSORS:
+            raise ValueError(
+                f"unknown compressor {comm.compressor!r}; known: {', '.join(sorted(COMPRESSORS))}"
+            )
+    factors = stragglers.factor_matrix(args.workers, args.steps, args.seed)
+    return work, times, codec, spec, comm, factors
 
 
-def run(
-    spec: NetworkSpec,
-    buckets: list[int],
-    steps: int,
-    compute_s: float,
-    codec: CodecModel | None = None,
-    seed: int = 0,
-) -> dict:
-    """Simulate ``steps`` steps: ``compute_s`` of compute, then an allreduce of each bucket
-    (``buckets``: float32 values each, in DDP's order)."""
-    codec = codec or CodecModel(scale=0.0)
-    net = build(spec)
-    workers = workers_for(net)
-    rng = np.random.default_rng(seed)
-    grads = [[rng.standard_normal(n).astype(np.float32) for n in buckets] for _ in net.workers]
-    checks = SumCheck(len(net.workers))
-
-    def program(w: int):
-        worker, times = workers[w], []
-        for _ in range(steps):
-            t_step = net.now
-            yield Compute(compute_s)
-            t_comm = net.now
-            for b, flat in enumerate(grads[w]):
-                extra = codec.per_call(flat.size)
-                if extra:
-                    yield Compute(extra, "codec")
-                yield from worker.allreduce_steps(flat, key=b)
-                checks.add((len(times), b), worker.last_ints, worker.last_int_sums)
-            times.append((net.now - t_step, net.now - t_comm))
-        return times
-
-    wall0 = time.perf_counter()
-    per_worker = net.run([program(w) for w in range(len(net.workers))])
-    wall = time.perf_counter() - wall0
-    # a step ends when its slowest worker ends it (they are alike on alike links)
-    step_s = [max(t[i][0] for t in per_worker) for i in range(steps)]
-    comm_s = [max(t[i][1] for t in per_worker) for i in range(steps)]
-    links = net.links()
-    stats = [w.stats for w in workers]
+def result_of(work: Workload, args, times, r: dict) -> dict:
+    per_worker = work.tokens if work.tokens_per_sample > 1 else work.samples
+    unit = "tokens/s" if work.tokens_per_sample > 1 else "samples/s"
+    for row in r["steps"]:
+        row["throughput"] = r["workers"] * per_worker / row["iteration_s"]
     return {
-        "network": describe(spec),
-        "timing_only": spec.timing_only,
-        "workers": spec.workers,
-        "buckets": buckets,
-        "gradient_bytes_per_step": 4 * sum(buckets),
-        "compute_seconds_per_step": compute_s,
-        "step_seconds": step_s,
-        "comm_seconds": comm_s,
-        "sim_seconds": net.now,
-        "bytes_sent_per_worker": stats[0].bytes_sent,
-        "bytes_on_links": sum(link.bytes for link in links)
-        * (spec.workers if spec.timing_only else 1),
-        "retransmissions": sum(s.retransmissions for s in stats),
-        "exact": checks.exact and not checks.pending,
-        "events": net.engine.events,
-        "wall_seconds": wall,
+        "workload": work.name,
+        "source": work.source,
+        "parameters": work.params,
+        "precision": work.precision,
+        "batch_size": work.samples,
+        "tokens_per_sample": work.tokens_per_sample,
+        "device": args.device,
+        "efficiency": args.efficiency,
+        "compute": args.compute,
+        "stragglers": args.stragglers,
+        "throughput_unit": unit,
+        "gradient_bytes_per_step": gradient_bytes(work),
+        "ina_lane_bytes_per_step": 4 * work.params,
+        **{k: v for k, v in r.items() if k != "timelines"},
     }
 
 
 def print_result(r: dict) -> None:
+    ms = 1e3
     print(f"network: {r['network']}" + (" (timing only)" if r["timing_only"] else ""))
     print(
-        f"{r['model']}: {r['parameters']:,} parameters, {len(r['buckets'])} "
-        f"bucket{'s' if len(r['buckets']) > 1 else ''} "
-        f"({', '.join(f'{n:,}' for n in r['buckets'])} values), "
-        f"{r['gradient_bytes_per_step']:,} gradient bytes per step; compute {r['compute']} "
-        f"= {r['compute_seconds_per_step'] * 1e3:.3f} ms per step"
+        f"{r['workload']}: {r['parameters']:,} parameters, batch {r['batch_size']} per worker, "
+        f"{r['precision']} on {r['device']} at {r['efficiency']:g} of peak; "
+        f"{len(r['buckets'])} bucket{'s' if len(r['buckets']) != 1 else ''}; "
+        f"gradients {r['gradient_bytes_per_step'] / 1e6:,.1f} MB at {r['precision']} "
+        f"(INA's int32 lanes: {r['ina_lane_bytes_per_step'] / 1e6:,.1f} MB)"
     )
-    for i, (s, c) in enumerate(zip(r["step_seconds"], r["comm_seconds"], strict=True)):
-        print(f"  step {i}: {s * 1e3:10.4f} ms simulated, {c * 1e3:10.4f} ms of it communication")
+    print(f"{r['algorithm']} over {r['workers']:,} workers, stragglers {r['stragglers']}")
     print(
-        f"total: {r['sim_seconds'] * 1e3:.4f} ms simulated for {len(r['step_seconds'])} steps; "
-        f"{r['bytes_sent_per_worker']:,} bytes sent per worker, {r['bytes_on_links']:,} bytes "
-        f"on all links, {r['retransmissions']} retransmissions"
-        + ("" if r["timing_only"] else f"; every sum exact: {'yes' if r['exact'] else 'NO'}")
+        "step  iteration ms  compute ms  exposed comm ms  codec ms  optimizer ms  "
+        + r["throughput_unit"]
     )
-    print(f"simulator: {r['wall_seconds']:.2f} s of wall time, {r['events']} events")
+    for i, s in enumerate(r["steps"]):
+        print(
+            f"{i:4d}  {s['iteration_s'] * ms:12,.3f}  {s['compute_s'] * ms:10,.3f}  "
+            f"{s['exposed_comm_s'] * ms:15,.3f}  {s['codec_s'] * ms:8,.3f}  "
+            f"{s['optimizer_s'] * ms:12,.3f}  {s['throughput']:,.0f}"
+        )
+    exact = r.get("exact")
+    print(
+        f"scaling factor {100 * r['scaling_factor']:.1f} % (N workers' throughput over N times "
+        f"one alone); {r['bytes_sent_per_worker']:,} bytes sent per worker"
+        + ("" if exact is None else f"; every sum exact: {'yes' if exact else 'NO'}")
+    )
+    print(f"simulator: {r['wall_seconds']:.2f} s of wall time")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        workload = resolve(args.dataset, args.model)
-        if args.steps < 1 or args.batch_size < 1:
-            raise ValueError("--steps and --batch-size must be >= 1")
-        compute, codec = parse_compute(args.compute), parse_codec(args.codec)
-        if codec.scale and not codec.bytes_per_second:
-            raise ValueError("--codec: none or a throughput (no codec code runs to measure)")
-        spec = network_spec(
-            args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
+        work, times, codec, spec, comm, factors = prepare(args)
+        out = Path(args.out) if args.out else None
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as e:
+        raise UsageError(str(e)) from None
+    bpv = PRECISIONS[work.precision]
+    shape = shape_of(work, times, bpv)
+    want_trace = out is not None or args.trace
+    r = simulate(
+        shape,
+        spec,
+        args.steps,
+        comm,
+        codec,
+        factors,
+        args.seed,
+        trace_workers=1 if want_trace else 0,
+    )
+    result = result_of(work, args, times, r)
+    print_result(result)
+    if out is not None:
+        (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    if want_trace:
+        trace = Path(args.trace) if args.trace else out / "timeline.json"
+        meta = {k: result[k] for k in ("workload", "device", "precision", "network", "algorithm")}
+        write_chrome_trace(trace, r["timelines"], meta)
+        png = trace.with_suffix(".png")
+        draw(png, r["timelines"], f"{work.name} on {args.device} ({work.precision}), "
+             f"{result['algorithm']} over {result['workers']} workers")  # fmt: skip
+        print(
+            f"wrote {', '.join(str(p) for p in ([out / 'result.json'] if out else []) + [trace, png])}"
         )
-    except ValueError as e:
-        print(f"ina sim train: {e}", file=sys.stderr)
-        return 2
-    torch.manual_seed(args.seed)
-    model = model_of(workload)
-    buckets = [b.numel for b in buckets_of(model)]
-    compute_s = step_seconds(workload, model, compute, args.batch_size)
-    r = run(spec, buckets, args.steps, compute_s, codec, args.seed)
-    r = {"model": workload.name, "parameters": num_parameters(model), "compute": args.compute, **r}
-    print_result(r)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(json.dumps(r, indent=2) + "\n")
-    return 0 if r["exact"] else 1
+    return 0 if result.get("exact") is not False else 1

@@ -58,3 +58,31 @@ def buckets_of(model: torch.nn.Module) -> list[SimBucket]:
     return [
         SimBucket(i, [params[j] for j in g], i == len(groups) - 1) for i, g in enumerate(groups)
     ]
+
+
+def assign_by_size(
+    sizes: list[int],
+    bytes_per_value: int,
+    caps: tuple[int, ...] = (FIRST_BUCKET_BYTES, BUCKET_BYTES),
+) -> list[list[int]]:
+    """DDP's bucket assignment from tensor sizes alone (a workload has no tensors): indices
+    into ``sizes`` (element counts, in the order backward produces them), in buckets.
+
+    PyTorch's rule (``compute_bucket_assignment_by_size``, one dtype): tensors join the open
+    bucket in order; a bucket closes once its bytes reach the current cap, and the cap then
+    moves to the next one (1 MiB for the first bucket, 25 MiB for every later one); what is
+    left open at the end is the last bucket. `buckets_of` uses PyTorch's own function on real
+    parameters; a test checks that both agree."""
+    out: list[list[int]] = []
+    bucket: list[int] = []
+    size, cap = 0, 0
+    for i, n in enumerate(sizes):
+        bucket.append(i)
+        size += n * bytes_per_value
+        if size >= caps[min(cap, len(caps) - 1)]:
+            out.append(bucket)
+            bucket, size = [], 0
+            cap += 1
+    if bucket:
+        out.append(bucket)
+    return out

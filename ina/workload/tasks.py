@@ -209,3 +209,11 @@ def build_rank(
     test_x, test_y = test_shard(data, rank, world)
     model = build_model(workload.model, data.input_shape, data.num_classes)
     return RankParts(workload, data, model, loader, sampler, test_x, test_y)
+
+
+def model_of(workload: Workload) -> torch.nn.Module:
+    """The workload's model, built from its data set's shapes (no data loaded)."""
+    from ina.workload.data import SHAPES
+
+    shape, classes = SHAPES[workload.dataset]
+    return build_model(workload.model, shape, classes)

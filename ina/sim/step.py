@@ -1,0 +1,356 @@
+"""The step model: one data-parallel training step with backward overlapped with communication.
+
+A worker's step, as DDP runs it on a GPU with one communication stream (NCCL's):
+
+1. **Forward**, the layers in order.
+2. **Backward**, the layers in reverse. A layer's gradients are ready when its backward
+   ends; they fill DDP's buckets (PyTorch's assignment by size, `ina.workload.buckets`).
+3. **Each bucket's allreduce** starts when its last gradient is ready *and* the previous
+   bucket's allreduce has finished (one stream, buckets in order), and overlaps the rest of
+   backward. The codec's time (a throughput, as a GPU codec's) is charged on the
+   communication stream before the bucket's rounds.
+4. **The optimizer** runs once backward is over and the last bucket is reduced.
+
+INA buckets go through the real transport core and switch pipeline on the simulated network
+(`ina.sim.network`): dense int32 lanes, the homomorphic sparse path at a density, or a GRACE
+method. The ring and halving-doubling baselines take their time from `ina.sim.baselines`
+over the same links, with the gradients at the step's precision (a ring of bf16 gradients
+moves half the bytes of a float32 one; INA's lanes are int32 whatever the precision).
+
+Per step it reports: ``compute_s`` (forward + backward), ``exposed_comm_s`` (the time the
+step is longer than compute and optimizer: communication and codec not hidden behind
+backward), ``codec_s`` (charged in all), ``optimizer_s``, ``iteration_s`` and the throughput;
+and over the run the scaling factor, N workers' throughput over N times one worker's alone
+(compute and optimizer only). Stragglers (`ina.sim.stragglers`) scale each worker's compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ina.sim.backends import build
+from ina.sim.nodes import Compute
+from ina.sim.options import describe
+from ina.workload.buckets import assign_by_size
+from ina.workload.compute import CodecModel
+from ina.workload.devices import LayerTimes
+from ina.workload.layers import Workload
+
+ALGORITHMS = ("ina", "ring", "halving-doubling")
+
+
+class SumCheck:
+    """Every worker's decoded sums of a call against the int32 sum of what every worker
+    encoded, without holding every worker's arrays: a running sum and a digest per worker."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.pending: dict[object, tuple[np.ndarray, list[bytes]]] = {}
+        self.exact = True
+
+    def add(self, call: object, ints: np.ndarray, sums: np.ndarray) -> None:
+        acc, digests = self.pending.setdefault(call, (np.zeros(ints.size, np.int32), []))
+        np.add(acc, ints, out=acc)  # int32: wraps around, as the switch adds
+        digests.append(hashlib.blake2b(np.ascontiguousarray(sums).tobytes()).digest())
+        if len(digests) == self.workers:
+            del self.pending[call]
+            expected = hashlib.blake2b(acc.tobytes()).digest()
+            self.exact &= all(d == expected for d in digests)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One worker's step at factor 1: seconds of forward, backward and optimizer, each
+    bucket's elements and when its last gradient is ready (seconds after backward starts)."""
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    buckets: tuple[int, ...]
+    ready_s: tuple[float, ...]
+    layer_names: tuple[str, ...] = ()
+    layer_bwd_s: tuple[float, ...] = ()  # backward order, for the timeline
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def shape_of(w: Workload, times: LayerTimes, bytes_per_value: int) -> StepShape:
+    """Buckets and their ready times from a workload's layers and their times."""
+    # done[i]: seconds after backward starts when layer i's backward ends (layers L-1..i)
+    done = np.cumsum(times.bwd[::-1])[::-1]
+    grads = w.gradients  # (layer, elements), backward order
+    groups = (
+        [list(b) for b in w.buckets]
+        if w.buckets is not None
+        else assign_by_size([n for _, n in grads], bytes_per_value)
+    )
+    bwd_total = float(done[0]) if len(done) else 0.0
+    buckets, ready = [], []
+    for g in groups:
+        buckets.append(sum(grads[k][1] for k in g))
+        ready.append(max(float(done[grads[k][0]]) for k in g))
+    return StepShape(
+        forward_s=float(sum(times.fwd)),
+        backward_s=bwd_total,
+        optimizer_s=times.optimizer,
+        buckets=tuple(buckets),
+        ready_s=tuple(ready),
+        layer_names=tuple(x.name for x in w.layers[::-1]),
+        layer_bwd_s=tuple(times.bwd[::-1]),
+    )
+
+
+@dataclass(frozen=True)
+class CommConfig:
+    """How buckets are reduced: ``ina`` (density 1: dense; < 1: homomorphic sparse; or a GRACE
+    ``compressor`` with its arguments), ``ring`` or ``halving-doubling``."""
+
+    algorithm: str = "ina"
+    density: float = 1.0
+    compressor: str | None = None
+    compressor_args: dict = field(default_factory=dict)
+    bytes_per_value: int = 4  # the gradients' precision (what a ring sends)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"unknown algorithm {self.algorithm!r}; known: {', '.join(ALGORITHMS)}"
+            )
+        if not 0 < self.density <= 1:
+            raise ValueError(f"--density must be in (0, 1], got {self.density:g}")
+
+
+@dataclass
+class Timeline:
+    """What one worker did, as (stream, name, start, end) rows: the Chrome trace's events."""
+
+    worker: int
+    rows: list[tuple[str, str, float, float]] = field(default_factory=list)
+
+    def add(self, stream: str, name: str, start: float, end: float) -> None:
+        if end > start:
+            self.rows.append((stream, name, start, end))
+
+
+def _worker_step(shape: StepShape, f: float, t0: float, tl: Timeline | None):
+    """The compute stream of one step at factor ``f`` from ``t0``: (backward start, each
+    bucket's ready time, backward end), recorded on ``tl``."""
+    tb = t0 + shape.forward_s * f
+    if tl is not None:
+        tl.add("compute", "forward", t0, tb)
+        t = tb
+        for name, s in zip(shape.layer_names, shape.layer_bwd_s, strict=True):
+            tl.add("compute", f"backward {name}", t, t + s * f)
+            t += s * f
+    return tb, [tb + r * f for r in shape.ready_s], tb + shape.backward_s * f
+
+
+def _summary(
+    shape: StepShape, ends: list[tuple[float, float, float]], codec: list[float], f: np.ndarray
+) -> list[dict]:
+    """Per step (start, compute end, end) of the slowest worker -> the reported columns."""
+    rows = []
+    for s, (t0, _tc, t1) in enumerate(ends):
+        fmax = float(f[s].max())
+        compute = shape.compute_s * fmax
+        opt = shape.optimizer_s * fmax
+        it = t1 - t0
+        rows.append(
+            {
+                "iteration_s": it,
+                "compute_s": compute,
+                "optimizer_s": opt,
+                "exposed_comm_s": max(it - compute - opt, 0.0),
+                "codec_s": codec[s],
+            }
+        )
+    return rows
+
+
+def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines):
+    """Ring / halving-doubling: every step waits for the slowest worker's bucket, then takes
+    the baseline's time over the same links (no network state carries between buckets)."""
+    from ina.sim.baselines import allreduce_time
+
+    per_bucket = {}
+    for n in set(shape.buckets):
+        # values at the gradients' precision, packed into the same lanes as INA's packets
+        equiv = -(-n * comm.bytes_per_value // 4)
+        per_bucket[n] = allreduce_time(spec, equiv, comm.algorithm)
+    t, ends, codec_s, sent = 0.0, [], [], 0
+    for s in range(steps):
+        fmax = float(f[s].max())
+        tl = timelines[0] if timelines else None
+        _tb, ready, bwd_end = _worker_step(shape, fmax, t, tl)
+        c, charged = t, 0.0
+        for b, n in enumerate(shape.buckets):
+            c = max(c, ready[b])
+            extra = codec.per_call(n)
+            if tl is not None:
+                tl.add("comm", f"codec b{b}", c, c + extra)
+            c += extra
+            charged += extra
+            dt = per_bucket[n]["seconds"]
+            if tl is not None:
+                tl.add("comm", f"{comm.algorithm} b{b} ({n:,} values)", c, c + dt)
+            c += dt
+            sent += per_bucket[n]["bytes_sent_per_worker"]
+        end_c = max(bwd_end, c)
+        opt = shape.optimizer_s * fmax
+        if tl is not None:
+            tl.add("compute", "optimizer", end_c, end_c + opt)
+        ends.append((t, bwd_end, end_c + opt))
+        codec_s.append(charged)
+        t = end_c + opt
+    return ends, codec_s, {"bytes_sent_per_worker": sent, "exact": None, "events": 0}
+
+
+def _ina_workers(net, comm: CommConfig, seed: int):
+    from ina.host.allreduce import CompressionConfig, Worker
+    from ina.sim.network import SimTransport
+
+    out = []
+    for n in net.workers:
+        kwargs = {}
+        if comm.compressor:
+            from ina.compressors import make_communicator
+
+            kwargs["communicator"] = make_communicator(
+                comm.compressor, n.core.cfg.num_workers, n.core.cfg.worker_id, seed,
+                comm.compressor_args,
+            )  # fmt: skip
+        out.append(
+            Worker(
+                n.core.cfg,
+                transport=SimTransport(n.core),
+                compression=CompressionConfig(density=comm.density),
+                clock=lambda: net.now,
+                **kwargs,
+            )
+        )
+    return out
+
+
+def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, seed):
+    """INA: every worker (or the timing-only representative, at the largest factor) runs its
+    step as a program on the simulated network; buckets through the real transport."""
+    net = build(spec)
+    workers = _ina_workers(net, comm, seed)
+    rng = np.random.default_rng(seed)
+    # one set of gradients for every worker: the sums are still checked bit for bit, and a
+    # ResNet-50 step of 32 workers holds one copy of its 25 M values, not 32
+    grads = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for n in shape.buckets]
+    nodes = len(net.workers)
+    check = SumCheck(nodes)
+    per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
+    rep = spec.timing_only
+
+    def program(w: int):
+        tl = timelines[w] if w < len(timelines) else None
+        worker = workers[w]
+        for s in range(steps):
+            fw = float(f[s].max()) if rep else float(f[s, w])
+            t0 = net.now
+            _tb, ready, bwd_end = _worker_step(shape, fw, t0, tl)
+            charged = 0.0
+            for b, n in enumerate(shape.buckets):
+                if ready[b] > net.now:
+                    yield Compute(ready[b] - net.now, "wait")
+                extra = codec.per_call(n)
+                if extra:
+                    if tl is not None:
+                        tl.add("comm", f"codec b{b}", net.now, net.now + extra)
+                    yield Compute(extra, "codec")
+                    charged += extra
+                c0 = net.now
+                yield from worker.allreduce_steps(
+                    grads[b], key=b, compressor=comm.compressor is not None
+                )
+                if tl is not None:
+                    tl.add("comm", f"allreduce b{b} ({n:,} values)", c0, net.now)
+                if not comm.compressor:
+                    check.add((s, b), worker.last_ints, worker.last_int_sums)
+            if bwd_end > net.now:
+                yield Compute(bwd_end - net.now, "wait")
+            opt = shape.optimizer_s * fw
+            if tl is not None:
+                tl.add("compute", "optimizer", net.now, net.now + opt)
+            yield Compute(opt)
+            per_step[w].append((t0, bwd_end, net.now, charged))
+
+    net.run([program(w) for w in range(nodes)])
+    # the job's step s ends when its slowest worker ends it, and begins when step s - 1 ended
+    # (a fast worker starting early only waits longer for the others)
+    ends, t = [], 0.0
+    for s in range(steps):
+        end = max(p[s][2] for p in per_step)
+        ends.append((t, max(p[s][1] for p in per_step), end))
+        t = end
+    codec_s = [max(p[s][3] for p in per_step) for s in range(steps)]
+    stats = workers[0].stats
+    exact = None if comm.compressor or rep else bool(check.exact and not check.pending)
+    return (
+        ends,
+        codec_s,
+        {
+            "bytes_sent_per_worker": stats.bytes_sent,
+            "retransmissions": sum(w.stats.retransmissions for w in workers),
+            "exact": exact,
+            "events": net.engine.events,
+        },
+    )
+
+
+def simulate(
+    shape: StepShape,
+    spec,
+    steps: int = 2,
+    comm: CommConfig | None = None,
+    codec: CodecModel | None = None,
+    factors: np.ndarray | None = None,
+    seed: int = 0,
+    trace_workers: int = 0,
+) -> dict:
+    """Simulate ``steps`` steps of ``shape`` on ``spec``'s network; ``factors``: the
+    ``(steps, workers)`` straggler factors (None: all 1); ``trace_workers``: how many workers'
+    timelines to keep (the Chrome trace)."""
+    comm = comm or CommConfig()
+    codec = codec or CodecModel(scale=0.0)
+    f = np.ones((steps, spec.workers)) if factors is None else factors
+    if f.shape != (steps, spec.workers):
+        raise ValueError(f"factors of shape {f.shape}, expected {(steps, spec.workers)}")
+    shown = 1 if (spec.timing_only or comm.algorithm != "ina") else spec.workers
+    timelines = [Timeline(w) for w in range(min(trace_workers, shown))]
+    wall0 = time.perf_counter()
+    if comm.algorithm == "ina":
+        ends, codec_s, extra = _ina_run(shape, steps, f, comm, spec, codec, timelines, seed)
+    else:
+        ends, codec_s, extra = _ring_run(shape, steps, f, comm, spec, codec, timelines)
+    wall = time.perf_counter() - wall0
+    rows = _summary(shape, ends, codec_s, f)
+    alone = shape.compute_s + shape.optimizer_s  # one worker, no communication, factor 1
+    mean_it = float(np.mean([r["iteration_s"] for r in rows]))
+    return {
+        "network": describe(spec),
+        "workers": spec.workers,
+        "timing_only": spec.timing_only,
+        "algorithm": comm.algorithm,
+        "density": comm.density,
+        "compressor": comm.compressor,
+        "buckets": list(shape.buckets),
+        "bucket_ready_s": list(shape.ready_s),
+        "forward_s": shape.forward_s,
+        "backward_s": shape.backward_s,
+        "steps": rows,
+        "mean_iteration_s": mean_it,
+        "scaling_factor": alone / mean_it if mean_it > 0 else 1.0,
+        **extra,
+        "timelines": timelines,
+        "wall_seconds": wall,
+    }
