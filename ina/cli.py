@@ -29,6 +29,7 @@ COMMANDS = {
     "bench": ("ina.bench.cli", "run benchmarks"),
     "experiment": ("ina.experiments.cli", "run an experiment (dc2: delay-aware compression)"),
     "sim": ("ina.sim.cli", "simulate in virtual time (allreduce, validate)"),
+    "reproduce": ("ina.experiments.reproduce.cli", "re-run a seed paper's headline experiment"),
     "workloads": ("ina.workload.cli", "list the model zoo"),
 }
 
