@@ -13,7 +13,7 @@ import pytest
 
 from ina.sim.backends import build
 from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, workers_for
-from ina.sim.step import CommConfig, shape_of, simulate
+from ina.sim.step import GRADIENT_BLOCK, CommConfig, shape_of, simulate
 from ina.sim.stragglers import parse_stragglers
 from ina.workload.buckets import assign_by_size
 from ina.workload.devices import LayerTimes, device, layer_times
@@ -103,8 +103,8 @@ def test_zero_compute_is_the_sequential_schedule():
 
     net = build(SPEC)
     workers = workers_for(net)
-    rng = np.random.default_rng(5)
-    grads = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for n in shape.buckets]
+    block = np.random.default_rng(5).standard_normal(GRADIENT_BLOCK, dtype=np.float32) * 1e-2
+    grads = [np.resize(block, n) for n in shape.buckets]
 
     def program(k):
         ends = []

@@ -41,6 +41,7 @@ from ina.workload.devices import LayerTimes
 from ina.workload.layers import Workload
 
 ALGORITHMS = ("ina", "ring", "halving-doubling")
+GRADIENT_BLOCK = 1 << 20  # random values, repeated to a bucket's size
 
 
 class SumCheck:
@@ -242,10 +243,13 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
     step as a program on the simulated network; buckets through the real transport."""
     net = build(spec)
     workers = _ina_workers(net, comm, seed)
-    rng = np.random.default_rng(seed)
-    # one set of gradients for every worker: the sums are still checked bit for bit, and a
-    # ResNet-50 step of 32 workers holds one copy of its 25 M values, not 32
-    grads = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for n in shape.buckets]
+    # One set of gradients for every worker (the sums are still checked bit for bit, and a
+    # ResNet-50 step of 32 workers holds one copy of its 25 M values, not 32): a block of
+    # random values repeated, as drawing 336 M normal values would cost BERT-large's step
+    # seconds of the simulator's time, and the values change no time on a dense path.
+    block = np.random.default_rng(seed).standard_normal(GRADIENT_BLOCK, dtype=np.float32)
+    block *= 1e-2
+    grads = [np.resize(block, n) for n in shape.buckets]
     nodes = len(net.workers)
     check = SumCheck(nodes)
     per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
@@ -274,7 +278,7 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
                 )
                 if tl is not None:
                     tl.add("comm", f"allreduce b{b} ({n:,} values)", c0, net.now)
-                if not comm.compressor:
+                if not (comm.compressor or rep):  # the representative's sums are its own
                     check.add((s, b), worker.last_ints, worker.last_int_sums)
             if bwd_end > net.now:
                 yield Compute(bwd_end - net.now, "wait")
