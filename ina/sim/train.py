@@ -61,6 +61,25 @@ METRICS = (*RANK_METRICS, "sim_time_s", "wall_s")
 STEP_LOG = (*(c for c in RANK_STEP_LOG if c != "monotonic"), "wall_s")
 
 
+def overlap_shares(workload, model, buckets, batch: int) -> tuple[float, list[float]]:
+    """The forward pass's share of a step and, per DDP bucket, the share of the backward pass
+    after which its last gradient is ready: from the model's FLOPs per layer
+    (`ina.workload.zoo.trainable`, counted by torch), so the step model overlaps backward with
+    communication as DDP does, independently of this host."""
+    from ina.workload import zoo
+
+    w = zoo.trainable(workload.dataset, workload.model, batch, "fp32")
+    fwd = sum(x.fwd_flops for x in w.layers)
+    bwd = sum(x.bwd_flops for x in w.layers)
+    done, acc = {}, 0.0
+    for x in reversed(w.layers):  # backward: the last layer first
+        acc += x.bwd_flops
+        done[x.name] = acc / bwd if bwd else 1.0
+    names = {id(p): n.rpartition(".")[0] for n, p in model.named_parameters()}
+    ready = [max(done.get(names.get(id(p), ""), 1.0) for p in b.parameters()) for b in buckets]
+    return (fwd / (fwd + bwd) if fwd + bwd else 0.0), ready
+
+
 class SimTraining:
     """One simulated training run (see the module docstring)."""
 
@@ -92,6 +111,9 @@ class SimTraining:
             weight_decay=config.get("weight_decay", 0.0),
         )
         self.buckets = buckets_of(self.model)
+        self.forward_share, self.ready_share = overlap_shares(
+            self.workload, self.model, self.buckets, config["batch_size"]
+        )
         self.loaders = [(parts.loader, parts.sampler)] + [
             shard(self.data, w, n, config["batch_size"], seed) for w in range(1, n)
         ]
@@ -188,12 +210,17 @@ class SimTraining:
                     backward_end = net.now + self.plan.forward_s + self.plan.backward_s
                     means = yield from self.merged_steps(w, grads, wall)
                     comm0 = min(backward_end, net.now)
-                else:  # DDP's buckets, after the compute step
+                else:  # DDP's buckets, each as soon as backward has produced it
                     seconds = self.compute.step_time(self.step_wall, self.flops)
-                    yield Compute(seconds, wall=wall)
-                    comm0 = net.now
+                    forward_s = seconds * self.forward_share
+                    yield Compute(forward_s, wall=wall)
+                    tb, backward_s = net.now, seconds - forward_s
                     means = []
-                    for bucket, flat in zip(self.buckets, grads, strict=True):
+                    for bucket, flat, ready in zip(
+                        self.buckets, grads, self.ready_share, strict=True
+                    ):
+                        if tb + ready * backward_s > net.now:
+                            yield Compute(tb + ready * backward_s - net.now)
                         bucket.flat = flat
                         kwargs = state.prepare(bucket)
                         extra = self.codec.per_call(flat.numel())
@@ -204,6 +231,10 @@ class SimTraining:
                         bucket.flat = mean
                         state.finish(bucket, net.now - t0)
                         means.append(mean)
+                    if tb + backward_s > net.now:
+                        yield Compute(tb + backward_s - net.now)
+                    # comm_s: the communication not hidden behind the backward pass
+                    comm0 = min(tb + backward_s, net.now)
                 step += 1
                 self._means = means
                 wall0 = time.perf_counter()

@@ -176,17 +176,19 @@ def run(args: argparse.Namespace) -> Report:
             "real gradients are sparser); VGG19 and BERT-base are dense by structure "
             f"(BERT's word embeddings are tied to the MLM decoder), so top-k "
             f"{TOPK_DENSITY:.0%} stands in for them",
-            "One density per model, applied to every bucket (the dense layers are sent "
-            "sparse too)",
+            "One density per model, applied to every bucket (the dense layers are sent sparse too)",
             "Codec (sketch encode/decode) time is not charged: the speed-ups are upper bounds",
-            "Timing only: one representative worker stands for all 8 (links alike and "
-            "lossless)",
+            "Timing only: one representative worker stands for all 8 (links alike and lossless)",
             "Compute from the V100 roofline at half of peak, not measured",
         ],
         tables=[table],
         claims=claims,
         full_run=(
             f"This run took {wall:.0f} s."
-            + (" The full run (3 steps, 4x the tensor) takes about 3x longer." if args.quick else "")
+            + (
+                " The full run (3 steps, 4x the tensor) takes about 3x longer."
+                if args.quick
+                else ""
+            )
         ),
     )
