@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ina.control.dc2.laws import law_params
 from ina.workload.hook import COMPRESSIONS
 from ina.workload.models import MODELS
 from ina.workload.tasks import TASKS, Workload, resolve
@@ -434,20 +435,6 @@ def scenario_models(args: argparse.Namespace, scenario):
         spec = replace(spec, engine=args.engine, backend=backend)
         check(spec)  # ns-3's limits, before anything runs
     return spec, parse_compute(args.compute), parse_codec(args.codec)
-
-
-def law_params(items: list[str]) -> dict[str, float | int]:
-    """``["initial=0.1", "cooldown_steps=1"]`` -> ``{"initial": 0.1, "cooldown_steps": 1}``."""
-    out: dict[str, float | int] = {}
-    for item in items or []:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise ValueError(f"--law-param takes NAME=VALUE, got {item!r}")
-        try:
-            out[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
-        except ValueError:
-            raise ValueError(f"--law-param {item!r}: the value must be a number") from None
-    return out
 
 
 def ina_section(spec, switch: tuple[str, int], lanes: int, timeout: float) -> dict:

@@ -16,6 +16,7 @@ from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec, workers_for
 from ina.sim.step import GRADIENT_BLOCK, CommConfig, shape_of, simulate
 from ina.sim.stragglers import parse_stragglers
 from ina.workload.buckets import assign_by_size
+from ina.workload.compute import CodecModel
 from ina.workload.devices import LayerTimes, device, layer_times
 from ina.workload.layers import Layer, Workload
 
@@ -203,3 +204,38 @@ def test_roofline_takes_the_larger_bound_and_refuses_a_missing_precision():
         layer_times(w, device("v100"))
     with pytest.raises(ValueError, match=r"efficiency must be in \(0, 1\]"):
         layer_times(w, h100, 1.5)
+
+
+def test_dc2_in_the_step_model_lowers_the_density_on_a_slow_link():
+    w = toy()
+    shape = shape_of(w, times_of(w), 4)
+    slow = NetworkSpec(workers=4, seed=1, rto_s=5e-3, min_rto_s=1e-3).with_links(rate_bps=1e9)
+    r = simulate(shape, slow, steps=6, comm=CommConfig(law="ownq"))
+    densities = [s["density"] for s in r["steps"]]
+    assert densities[0] == 1.0 and min(densities) < 0.5
+    assert r["exact"] is None  # compressed: the codec checks its own decode
+    with pytest.raises(ValueError, match="choose one of"):
+        CommConfig(law="ownq", density=0.1)
+
+
+def test_mergecomp_groups_cover_the_gradients_in_order_and_run_exactly():
+    from ina.sim.step import mergecomp_groups
+
+    w = toy()
+    groups = mergecomp_groups(w, times_of(w), SPEC, CodecModel(scale=0.0), points=4)
+    flat = [k for g in groups for k in g]
+    assert flat == list(range(len(w.gradients)))  # contiguous, in backward order, all of them
+    merged = shape_of(replace(w, buckets=groups), times_of(w), 4)
+    assert sum(merged.buckets) == w.params
+    assert simulate(merged, SPEC, steps=1)["exact"]
+
+
+def test_a_tree_of_switches_runs_the_step_exactly():
+    from ina import topology
+
+    w = toy()
+    shape = shape_of(w, times_of(w), 4)
+    fabric = topology.load("two_level:2x2")
+    r = simulate(shape, replace(SPEC, topology=fabric), steps=2)
+    flat = simulate(shape, SPEC, steps=2)
+    assert r["exact"] and r["steps"][1]["iteration_s"] > flat["steps"][1]["iteration_s"]

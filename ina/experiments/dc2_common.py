@@ -93,8 +93,7 @@ class Config:
 def parse_configs(text: str) -> list[Config]:
     """``dense,fixed:0.01,aimd,target:initial=0.01`` -> configurations; raises ValueError on a
     bad one."""
-    from ina.control.dc2.laws import LAWS
-    from ina.train_cli import law_params
+    from ina.control.dc2.laws import LAWS, law_params
 
     out = []
     for spec in (s.strip() for s in text.split(",") if s.strip()):

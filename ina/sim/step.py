@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -107,6 +107,30 @@ def shape_of(w: Workload, times: LayerTimes, bytes_per_value: int) -> StepShape:
     )
 
 
+def mergecomp_groups(
+    w: Workload, times: LayerTimes, spec, codec: CodecModel, points: int = 8,
+    largest: int = 1 << 22,
+) -> tuple[tuple[int, ...], ...]:  # fmt: skip
+    """MergeComp's partition of the workload's gradients (indices into `Workload.gradients`):
+    the exact search of `ina.workload.mergecomp` over a cost table of this network, one
+    timing-only INA allreduce per size of a geometric grid up to ``largest`` values (beyond
+    it the table goes on along its last segment, where time is linear in bytes), plus the
+    codec's throughput."""
+    from ina.sim.allreduce import run as allreduce_run
+    from ina.workload.mergecomp import TableCost, TensorInfo, grid, search
+
+    done = np.cumsum(times.bwd[::-1])[::-1]
+    tensors = [
+        TensorInfo(f"{w.layers[i].name}#{k}", n, float(done[i]))
+        for k, (i, n) in enumerate(w.gradients)
+    ]
+    sizes = grid(min(sum(t.numel for t in tensors), largest), points)
+    rep = replace(spec, timing_only=True)
+    comm = [allreduce_run(rep, n, 2)["call_seconds"][1] for n in sizes]
+    cost = TableCost(tuple(sizes), tuple(codec.per_call(n) for n in sizes), tuple(comm))
+    return search(tensors, cost).groups
+
+
 @dataclass(frozen=True)
 class CommConfig:
     """How buckets are reduced: ``ina`` (density 1: dense; < 1: homomorphic sparse; or a GRACE
@@ -117,6 +141,8 @@ class CommConfig:
     compressor: str | None = None
     compressor_args: dict = field(default_factory=dict)
     bytes_per_value: int = 4  # the gradients' precision (what a ring sends)
+    law: str | None = None  # DC2: a control law picks each step's density from the delays
+    law_params: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -125,6 +151,10 @@ class CommConfig:
             )
         if not 0 < self.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {self.density:g}")
+        if sum(x is not None for x in (self.compressor, self.law)) + (self.density < 1) > 1:
+            raise ValueError("choose one of --density, --compressor and --law")
+        if self.algorithm != "ina" and (self.compressor or self.law or self.density < 1):
+            raise ValueError(f"{self.algorithm} sends dense gradients: compression is INA's")
 
 
 @dataclass
@@ -209,7 +239,11 @@ def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timeli
         ends.append((t, bwd_end, end_c + opt))
         codec_s.append(charged)
         t = end_c + opt
-    return ends, codec_s, {"bytes_sent_per_worker": sent, "exact": None, "events": 0}
+    return (
+        ends,
+        codec_s,
+        {"densities": [1.0] * steps, "bytes_sent_per_worker": sent, "exact": None, "events": 0},
+    )
 
 
 def _ina_workers(net, comm: CommConfig, seed: int):
@@ -219,6 +253,11 @@ def _ina_workers(net, comm: CommConfig, seed: int):
     out = []
     for n in net.workers:
         kwargs = {}
+        if comm.law:  # DC2: one controller per worker, levels agreed through the switch
+            from ina.control.dc2 import DC2Controller, index_to_density
+
+            controller = DC2Controller(comm.law, **comm.law_params)
+            kwargs.update(controller=controller, ladder=index_to_density, level=controller.index)
         if comm.compressor:
             from ina.compressors import make_communicator
 
@@ -254,6 +293,10 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
     check = SumCheck(nodes)
     per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
     rep = spec.timing_only
+    densities: list[float] = []  # worker 0's density at each step's start
+    # dense sums are checked bit for bit against the int32 sum of what every worker encoded
+    # (compressed paths verify their own decode; the representative's sums are its own)
+    checked = comm.density == 1 and not (comm.compressor or comm.law or rep)
 
     def program(w: int):
         tl = timelines[w] if w < len(timelines) else None
@@ -261,6 +304,8 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
         for s in range(steps):
             fw = float(f[s].max()) if rep else float(f[s, w])
             t0 = net.now
+            if w == 0:
+                densities.append(worker.density())
             _tb, ready, bwd_end = _worker_step(shape, fw, t0, tl)
             charged = 0.0
             for b, n in enumerate(shape.buckets):
@@ -278,7 +323,7 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
                 )
                 if tl is not None:
                     tl.add("comm", f"allreduce b{b} ({n:,} values)", c0, net.now)
-                if not (comm.compressor or rep):  # the representative's sums are its own
+                if checked:
                     check.add((s, b), worker.last_ints, worker.last_int_sums)
             if bwd_end > net.now:
                 yield Compute(bwd_end - net.now, "wait")
@@ -286,6 +331,7 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
             if tl is not None:
                 tl.add("compute", "optimizer", net.now, net.now + opt)
             yield Compute(opt)
+            worker.control_step()  # DC2's next proposal (no-op without a law)
             per_step[w].append((t0, bwd_end, net.now, charged))
 
     net.run([program(w) for w in range(nodes)])
@@ -298,11 +344,12 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
         t = end
     codec_s = [max(p[s][3] for p in per_step) for s in range(steps)]
     stats = workers[0].stats
-    exact = None if comm.compressor or rep else bool(check.exact and not check.pending)
+    exact = bool(check.exact and not check.pending) if checked else None
     return (
         ends,
         codec_s,
         {
+            "densities": densities,
             "bytes_sent_per_worker": stats.bytes_sent,
             "retransmissions": sum(w.stats.retransmissions for w in workers),
             "exact": exact,
@@ -338,6 +385,8 @@ def simulate(
         ends, codec_s, extra = _ring_run(shape, steps, f, comm, spec, codec, timelines)
     wall = time.perf_counter() - wall0
     rows = _summary(shape, ends, codec_s, f)
+    for row, d in zip(rows, extra.pop("densities"), strict=True):
+        row["density"] = d
     alone = shape.compute_s + shape.optimizer_s  # one worker, no communication, factor 1
     mean_it = float(np.mean([r["iteration_s"] for r in rows]))
     return {

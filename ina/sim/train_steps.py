@@ -28,10 +28,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ina import units
+from ina import topology, units
+from ina.control.dc2.laws import law_params
 from ina.errors import UsageError
 from ina.sim.options import add_network_arguments, network_spec
-from ina.sim.step import ALGORITHMS, CommConfig, shape_of, simulate
+from ina.sim.step import ALGORITHMS, CommConfig, mergecomp_groups, shape_of, simulate
 from ina.sim.stragglers import parse_stragglers
 from ina.sim.timeline import draw, write_chrome_trace
 from ina.workload.compute import parse_codec
@@ -71,10 +72,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--compressor-arg", action="append", default=[], metavar="KEY=VALUE", help="its arguments"
     )
+    c.add_argument("--law", help="INA: DC2, a control law picking the density (ownq, aimd, ...)")
+    c.add_argument(
+        "--law-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="the law's parameters",
+    )
+    c.add_argument(
+        "--mergecomp",
+        action="store_true",
+        help="INA: MergeComp's groups of gradients (searched on this network) instead of DDP's buckets",
+    )
     c.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
     c.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     c.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology file or two_level:LxW: a tree of switches aggregating hierarchically; "
+        "its workers replace --workers",
+    )
     p.add_argument("--steps", type=int, default=2, help="training steps")
     p.add_argument(
         "--timing-only",
@@ -146,13 +166,33 @@ def prepare(args: argparse.Namespace):
     if codec.scale and not codec.bytes_per_second:
         raise ValueError("--codec: none or a throughput (no codec code runs to measure)")
     stragglers = parse_stragglers(args.stragglers)
+    fabric = topology.load(args.topology) if args.topology else None
+    workers = len(fabric.workers) if fabric else args.workers
     spec = network_spec(
-        args, args.workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only
-    )
+        args, workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only,
+        topology=fabric,
+    )  # fmt: skip
     bpv = PRECISIONS[work.precision]
+    params = law_params(args.law_param)
+    if args.law:
+        from ina.control.dc2.laws import LAWS
+
+        if args.law not in LAWS:
+            raise ValueError(f"unknown --law {args.law!r}; known: {', '.join(sorted(LAWS))}")
+        try:
+            LAWS[args.law](**params)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--law {args.law} --law-param: {e}") from None
+    elif params:
+        raise ValueError("--law-param needs --law")
     comm = CommConfig(
-        args.algorithm, args.density, args.compressor, compressor_args(args.compressor_arg), bpv
-    )
+        args.algorithm, args.density, args.compressor, compressor_args(args.compressor_arg), bpv,
+        args.law, params,
+    )  # fmt: skip
+    if args.mergecomp:
+        if args.algorithm != "ina":
+            raise ValueError("--mergecomp groups INA's allreduces (--algorithm ina)")
+        work = replace(work, buckets=mergecomp_groups(work, times, spec, codec))
     if comm.compressor:
         from ina.compressors import COMPRESSORS
 
@@ -160,7 +200,7 @@ def prepare(args: argparse.Namespace):
             raise ValueError(
                 f"unknown compressor {comm.compressor!r}; known: {', '.join(sorted(COMPRESSORS))}"
             )
-    factors = stragglers.factor_matrix(args.workers, args.steps, args.seed)
+    factors = stragglers.factor_matrix(workers, args.steps, args.seed)
     return work, times, codec, spec, comm, factors
 
 
@@ -180,6 +220,8 @@ def result_of(work: Workload, args, times, r: dict) -> dict:
         "efficiency": args.efficiency,
         "compute": args.compute,
         "stragglers": args.stragglers,
+        "law": args.law,
+        "mergecomp": args.mergecomp,
         "throughput_unit": unit,
         "gradient_bytes_per_step": gradient_bytes(work),
         "ina_lane_bytes_per_step": 4 * work.params,
@@ -199,14 +241,14 @@ def print_result(r: dict) -> None:
     )
     print(f"{r['algorithm']} over {r['workers']:,} workers, stragglers {r['stragglers']}")
     print(
-        "step  iteration ms  compute ms  exposed comm ms  codec ms  optimizer ms  "
+        "step  iteration ms  compute ms  exposed comm ms  codec ms  optimizer ms  density  "
         + r["throughput_unit"]
     )
     for i, s in enumerate(r["steps"]):
         print(
             f"{i:4d}  {s['iteration_s'] * ms:12,.3f}  {s['compute_s'] * ms:10,.3f}  "
             f"{s['exposed_comm_s'] * ms:15,.3f}  {s['codec_s'] * ms:8,.3f}  "
-            f"{s['optimizer_s'] * ms:12,.3f}  {s['throughput']:,.0f}"
+            f"{s['optimizer_s'] * ms:12,.3f}  {s['density']:7.4g}  {s['throughput']:,.0f}"
         )
     exact = r.get("exact")
     print(

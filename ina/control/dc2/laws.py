@@ -514,3 +514,17 @@ _RECENT = 4  # decisions: a good density confirmed this recently is still good
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
+
+
+def law_params(items: list[str]) -> dict[str, float | int]:
+    """``["initial=0.1", "cooldown_steps=1"]`` -> ``{"initial": 0.1, "cooldown_steps": 1}``."""
+    out: dict[str, float | int] = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--law-param takes NAME=VALUE, got {item!r}")
+        try:
+            out[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise ValueError(f"--law-param {item!r}: the value must be a number") from None
+    return out

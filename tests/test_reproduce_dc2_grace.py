@@ -1,0 +1,53 @@
+"""`ina reproduce dc2` and `ina reproduce grace` (`ina.experiments.reproduce`): each --quick run
+finishes, writes its report, and every claim carries a verdict; the pure helpers on fixed
+inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ina.experiments.reproduce import VERDICTS, dc2, grace
+
+
+def test_kendall_tau_of_equal_and_reversed_orders():
+    assert grace.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert grace.kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
+    assert math.isnan(grace.kendall_tau(["a"], ["a"]))
+
+
+def test_ranking_puts_runs_to_target_first_then_by_metric():
+    rows = [
+        dict(workload="w", method="slow", metric="test_acc", time_to_target_s=2.0,
+             final_metric=0.9, diverged_at_step=None),
+        dict(workload="w", method="fast", metric="test_acc", time_to_target_s=1.0,
+             final_metric=0.8, diverged_at_step=None),
+        dict(workload="w", method="missed", metric="test_acc", time_to_target_s=None,
+             final_metric=0.5, diverged_at_step=None),
+    ]  # fmt: skip
+    assert [r["method"] for r in grace.ranking(rows, "w")] == ["fast", "slow", "missed"]
+
+
+def test_dc2_verdicts_follow_the_measured_speedup():
+    assert dc2.verdict(40.0, 41.0) == "reproduced"
+    assert dc2.verdict(3.0, 41.0) == "direction only"
+    assert dc2.verdict(1.0, 41.0) == "not reproduced"
+    assert dc2.verdict(math.nan, 5.3) == "not reproduced"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dc2", "grace"])
+def test_quick_run_writes_a_report_with_verdicts(name, tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "ina", "reproduce", name, "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["name"] == name and report["claims"]
+    assert all(c["verdict"] in VERDICTS for c in report["claims"])
+    assert (tmp_path / "report.md").read_text().startswith(f"## `{name}`")
