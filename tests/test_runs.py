@@ -101,7 +101,12 @@ def test_an_old_runs_data_is_dropped_and_counted_never_added():
     join(p, 0, 100)
     join(p, 1, 101)  # run 1
     before = counters(p)
-    assert data(p, 0, 0, 0, 1000) == []  # the old run's packet: STALE
+    # the run just before, for its complete copy: answered with that run's sum, never added
+    ((_, _, _, payload),) = data(p, 0, 0, 0, 1000)
+    h, lanes = decode_packet(payload)
+    assert h.epoch == 0 and lanes.tolist() == [11] * LANES
+    assert counters(p)["retx_replies"] == before["retx_replies"] + 1
+    assert data(p, 0, 1, 0, 1000) == []  # no complete copy of its seq: STALE
     assert counters(p)["drop_stale"] == before["drop_stale"] + 1
     # run 1's seq 0 meets run 0's complete copy of seq 0: a fresh aggregation, not run 0's 11
     assert data(p, 0, 0, 1, 1) == []

@@ -12,7 +12,7 @@ import pytest
 
 from ina.host.rounds import Round
 from ina.host.transport_core import JoinTimeout, ReduceTimeout, TransportCore, WorkerConfig
-from ina.protocol import HEADER_BYTES, HEADER_DTYPE, Flag, Op
+from ina.protocol import HEADER_BYTES, HEADER_DTYPE, Counter, Flag, Op
 from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
@@ -34,6 +34,7 @@ class Wire:
         install_job_spec(self.pipeline, local_job(1, n, pool_size=4))
         self.cores = [TransportCore(config(w, n, **kw), nonce=1000 + w) for w in range(n)]
         self.silent: set[int] = set()  # workers that neither send nor receive any more
+        self.drop = None  # (worker, reply bytes) -> True to lose that reply on its way
         self.rng = np.random.default_rng(seed)
         self.loss, self.dup, self.reorder, self.dt = loss, dup, reorder, dt
         self.now = 0.0
@@ -68,7 +69,8 @@ class Wire:
                     range(len(self.cores)) if self.out.dest[i] == MULTICAST else [self.out.dest[i]]
                 )
                 for d in dests:
-                    inbox[d] += self.impair([payload])
+                    if self.drop is None or not self.drop(d, payload):
+                        inbox[d] += self.impair([payload])
         self.now += self.dt
         for w, (core, got) in enumerate(zip(self.cores, inbox, strict=True)):
             if w in self.silent:
@@ -119,6 +121,51 @@ def test_the_first_call_joins_a_run_and_every_packet_carries_its_epoch():
         ((buf, rows, _),) = c.pop_sends()
         hdr = buf[rows, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
         assert set(hdr["epoch"].tolist()) == {1} and hdr["seq"].tolist()[0] == 6
+
+
+def test_a_late_worker_gets_its_lost_last_result_after_another_began_the_next_run():
+    """The runs race: worker 0 finishes a call and at once begins a new run (a new Worker,
+    as `ina allreduce` run twice or a loop that recreates its Worker does), while worker 1
+    still waits for its lost last result. The switch answers worker 1's retransmission from
+    the completed copy of its run; then both run the next run."""
+    n, kw = 2, dict(rto=0.003, min_rto=0.002, max_rto=0.02, timeout=0.5)
+    wire = Wire(n, **kw)
+    values = [np.arange(40, dtype=np.int32) * (w + 1) for w in range(n)]
+    total = np.add.reduce(values, dtype=np.int32)
+    wire.reduce_all(values)  # run 1: joined, one call
+    last = wire.cores[1].next_seq + 2  # the second call's last chunk (40 values: 3 chunks)
+    lost = []
+
+    def drop(worker: int, payload: bytes) -> bool:
+        h = np.frombuffer(payload[:HEADER_BYTES], HEADER_DTYPE)[0]
+        if worker == 1 and int(h["seq"]) == last and h["flags"] & Flag.RESULT and not lost:
+            lost.append(payload)
+            return True
+        return False
+
+    wire.drop = drop
+    for core, v in zip(wire.cores, values, strict=True):
+        core.start(Round(v), wire.now)
+    while not wire.cores[0].idle:
+        wire.step()
+    assert lost and not wire.cores[1].idle  # worker 1 waits for seq `last`
+    wire.cores[0] = TransportCore(config(0, n, **kw), nonce=2000)  # a new run begins
+    wire.cores[0].start(Round(values[0]), wire.now)
+    for _ in range(400):
+        if wire.cores[1].idle:
+            break
+        wire.step()
+    np.testing.assert_array_equal(wire.cores[1].result().values, total)
+    assert wire.pipeline.counters.stats[Counter.RETX_REPLIES, 0] >= 1
+    wire.cores[1] = TransportCore(config(1, n, **kw), nonce=2001)  # and joins the new run
+    wire.cores[1].start(Round(values[1]), wire.now)
+    for _ in range(400):
+        if all(c.idle for c in wire.cores):
+            break
+        wire.step()
+    assert [c.epoch for c in wire.cores] == [2, 2]
+    for c in wire.cores:
+        np.testing.assert_array_equal(c.result().values, total)
 
 
 def test_rto_backs_off_to_the_maximum_and_a_silent_switch_times_out():

@@ -101,6 +101,9 @@ struct metadata_t {
     // leaf the nonce of the run join it sent up.
     epoch_t          epoch;
     seq_t            up_nonce;
+    // JoinRun: a data packet of the run before the current one (meta.epoch is then its
+    // epoch): SlotState only answers it from a complete copy of that run.
+    bool             previous_run;
 
     // ExpLevelMax: the copy's exponent and level after this packet.
     exp_t            exp;

@@ -19,7 +19,10 @@
 // num_workers) leaves as RESULT to the job's multicast group. Every JOIN reply carries the
 // run's epoch (ResultEmit writes meta.epoch into the header) and echoes exp, level and the
 // lanes.
-// A data packet must carry the job's current epoch, else it is from another run: STALE.
+// A data packet must carry the job's current epoch, else it is from another run: STALE;
+// except a packet of the run just before (epoch + 1 == the current one), which SlotState
+// answers from a complete copy of that run and drops otherwise: a late worker of the last
+// run gets its lost result although the others have started the next run.
 // SlotState treats a slot copy written in an earlier epoch as unused. Installing a job
 // zeroes its join_count (the control plane, ina/control/jobs.py), so its first JOIN starts a
 // run; packets of clients that never JOIN carry epoch 0, the epoch of a job with no run.
@@ -120,9 +123,17 @@ control JoinRun(in ina_h ina,
             meta.exp = ina.exp;
             meta.level = ina.level;
         } else if (ina.epoch != meta.epoch) {
-            meta.dropped = true;
-            meta.drop_reason = DROP_REASON_STALE;
-            mark_to_drop(standard_metadata);
+            // The run just before the current one: one of its workers may still wait for a
+            // lost last result while the others have joined the next run. SlotState answers
+            // it from a complete copy of its run (unicast, its own epoch), never counts it.
+            if (!meta.from_parent && meta.epoch != 0 && ina.epoch + 1 == meta.epoch) {
+                meta.previous_run = true;
+                meta.epoch = ina.epoch;
+            } else {
+                meta.dropped = true;
+                meta.drop_reason = DROP_REASON_STALE;
+                mark_to_drop(standard_metadata);
+            }
         }
     }
 }

@@ -17,6 +17,8 @@
 //              whose bit was cleared when it moved on) or the worker's bit is set: answered
 //              by ResultEmit, never added;
 //   CONTRIBUTE otherwise: the worker's bit is set and counted (lanes combined).
+// A packet of the previous run (JoinRun's previous_run) is a DUPLICATE if its copy is
+// complete and still holds that run's seq, else STALE: it is answered, never added.
 // NEW and CONTRIBUTE also clear the worker's bit in the OTHER copy (SwitchML): that copy's
 // bitmap then shows which workers have not yet moved on from its generation.
 //
@@ -87,6 +89,16 @@ control SlotState(in ina_h ina,
             }
         // An unused copy, or one of an earlier run, takes any seq (WorkerCheck made it
         // consistent with slot and copy).
+        // A packet of the previous run (JoinRun): only a complete copy of its run and seq
+        // answers it (DUPLICATE); it never starts or joins an aggregation.
+        } else if (meta.previous_run && (count < meta.num_workers
+                || stored_epoch != meta.epoch || ina.seq != stored_seq)) {
+            meta.slot_action = slot_action_t.STALE;
+            meta.dropped = true;
+            meta.drop_reason = DROP_REASON_STALE;
+            mark_to_drop(standard_metadata);
+        } else if (meta.previous_run) {
+            meta.slot_action = slot_action_t.DUPLICATE;
         } else if (count == 0 || stored_epoch != meta.epoch
                 || ina.seq == stored_seq + generation_step) {  // mod 2^32
             meta.slot_action = slot_action_t.NEW;

@@ -12,7 +12,9 @@ names of the P4 controls and run in the same order:
 4. ``JoinRun``        the job's runs. A JOIN packet joins a run (below) and is answered
                       like a slot: RESULT to the job's multicast group when the run's last
                       worker joins, a RESULT or PENDING by unicast to a duplicate. A data
-                      packet must carry the job's current ``epoch``, else drop STALE.
+                      packet must carry the job's current ``epoch``, else drop STALE;
+                      except one of the run just before, which SlotState answers from a
+                      complete copy of that run (a DUPLICATE) and drops otherwise.
 5. ``SlotState``      one of the slot's two shadow copies, chosen by the SHADOW flag:
                       - NEW: the copy is unused, belongs to an earlier run (its epoch), or
                         the packet carries the copy's next generation -> it starts the
@@ -462,10 +464,16 @@ class Pipeline:
                 continue
             # -- JoinRun: a data packet belongs to the job's current run -------------------
             e = j_epoch[job.job_index]
+            previous = False
             if epochs[k] != e:
-                tally[_DROP_STALE] += 1
-                tally[_DROP_STALE + 1] += fl
-                continue
+                # the run just before: a late worker's retransmission is answered from a
+                # complete copy of its run (SlotState), never counted
+                if not fp and e and (epochs[k] + 1) & _MASK32 == e:
+                    e, previous = epochs[k], True
+                else:
+                    tally[_DROP_STALE] += 1
+                    tally[_DROP_STALE + 1] += fl
+                    continue
             # -- SlotState --------------------------------------------------------------
             base = (job.pool_base + s) << 1
             row = base + shadow
@@ -500,7 +508,13 @@ class Pipeline:
                     tally[_DROP_STALE] += 1
                     tally[_DROP_STALE + 1] += fl
                 continue
-            if not cnt or r_epoch[row] != e or q == (stored + 2 * psize) & _MASK32:
+            if previous and (cnt < nw or r_epoch[row] != e or q != stored):
+                tally[_DROP_STALE] += 1
+                tally[_DROP_STALE + 1] += fl
+                continue
+            if not previous and (
+                not cnt or r_epoch[row] != e or q == (stored + 2 * psize) & _MASK32
+            ):
                 # NEW: first contribution of this generation (a copy from an earlier run
                 # counts as unused). -- LaneAggregate: write.
                 r_seq[row] = q

@@ -463,6 +463,41 @@ def runs(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def late_worker_of_the_previous_run(b: TraceBuilder) -> dict[str, int]:
+    """A worker of a finished run retransmits for its lost result after the others have
+    begun the next run (their JOINs): a complete copy of its run answers it by unicast, with
+    its run's epoch. Its data for a copy that is not complete, or that the next run has
+    written since, and data of an older run, are STALE: never added to any sum."""
+
+    def join(w: int, nonce: int) -> None:
+        b.ina(1, w, nonce, op=Op.JOIN, slot=0, flags=0)
+
+    for w, nonce in ((0, 0x10), (1, 0x11), (2, 0x12)):
+        join(w, nonce)  # run 1, its join complete: multicast
+    b.round(1, 0, epoch=1)  # seq 0 complete: multicast (worker 2's copy is lost)
+    b.ina(1, 0, 1, epoch=1)
+    b.ina(1, 1, 1, epoch=1)  # seq 1: two of three
+    join(0, 0x20)  # worker 0 is done with run 1 and begins run 2
+    b.ina(1, 2, 0, retx=True, epoch=1)  # worker 2 asks again for seq 0: RESULT, unicast, epoch 1
+    b.ina(1, 2, 1, epoch=1)  # run 1's seq 1 is not complete: STALE
+    join(1, 0x21)
+    join(2, 0x22)  # run 2's join complete: multicast
+    b.round(1, 0, epoch=2)  # run 2's seq 0 takes the copy afresh
+    b.ina(1, 2, 0, retx=True, epoch=1)  # the copy holds run 2's seq 0 now: STALE
+    b.ina(1, 2, 0, retx=True, epoch=0)  # an older run: STALE
+    return {
+        "joins": 6,
+        "runs": 2,
+        "aggregated": 8,
+        "results": 2,
+        "duplicates": 1,
+        "retx_replies": 1,
+        "drop_stale": 3,
+        "result_packets": 13,
+    }
+
+
+@trace
 def hierarchical_leaf(b: TraceBuilder) -> dict[str, int]:
     """This switch as a leaf of job 6 (docs/protocol.md, "Hierarchical aggregation"): the
     run join and completed slots go UP to the parent (port 5) as its worker 1; duplicates
@@ -518,19 +553,20 @@ def hierarchical_leaf(b: TraceBuilder) -> dict[str, int]:
     join(0, 0xD3)  # complete: UP with nonce 0xD3
     down(0xB1, Flag.RESULT, 6, op=Op.JOIN)  # the old run's nonce: ask again (UP, 0xD3)
     down(0xD3, Flag.RESULT, 6, op=Op.JOIN)  # epoch 6
-    b.ina(6, 0, 0, epoch=5)  # the old run: STALE
+    b.ina(6, 0, 0, epoch=5)  # the run before: its complete copy answers (unicast, epoch 5)
+    b.ina(6, 0, 0, epoch=4)  # an older run: STALE
     return {
         "joins": 4,
         "runs": 2,
         "up_packets": 9,
         "results": 2,
-        "duplicates": 7,
-        "retx_replies": 2,
+        "duplicates": 8,
+        "retx_replies": 3,
         "pending_replies": 1,
         "drop_stale": 8,
         "drop_malformed": 1,
         "aggregated": 6,
-        "result_packets": 10,
+        "result_packets": 11,
     }
 
 
