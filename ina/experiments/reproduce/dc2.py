@@ -232,6 +232,9 @@ def claims(tta: list[dict], steps: list[dict]) -> list[Claim]:
     v_dense, at = _max(tta, "vs_dense")
     s_dense, s_at = _max(steps, "speedup")
     b_max, b_at = _max(steps, "bound")
+    dense_best = sorted(
+        {f"{r['workload']}/{r['scenario']}" for r in tta if r["best_fixed"] == "dense"}
+    )
     best = max(v_dense, s_dense) if not math.isnan(v_dense) else s_dense
     where = (
         f"time to target: {_f(v_dense)} ({at['workload']}, {at['scenario']}, {at['law']})"
@@ -244,9 +247,15 @@ def claims(tta: list[dict], steps: list[dict]) -> list[Claim]:
         f"{b_max:.2f}x ({b_at['model']} at {b_at['rate'] / 1e9:g} Gbit/s): a step is never "
         "shorter than its compute, so the gain is the dense step over the compute step, and "
         "only where the network dominates does it approach the bytes ratio (1/density, less "
-        "the extra steps compression costs to converge). 41x needs dense communication > 40x "
-        "the compute: ina's scenarios' 10 Gbit/s moves these models' gradients in a few "
-        "times their compute."
+        "the extra steps compression costs to converge). 41x needs a network that takes more "
+        f"than 40x the compute and a density of 1/41 or less: the densities run here stop at "
+        f"{min(r['density'] for r in steps):g}"
+        + (
+            f"; to target, dense is the best fixed level in {', '.join(dense_best)}, where "
+            "the step is bound by delay more than by bytes."
+            if dense_best
+            else "."
+        )
     )
     v_uni, u_at = _max(tta, "vs_uniform")
     v_best = _max(tta, "vs_best")[0]
