@@ -34,8 +34,8 @@ MISSING_COMPILER = f"""\
 
 It compiles ina/p4/ina.p4 into the BMv2 JSON and P4Info that simple_switch_grpc loads.
 To get it:
-  - if p4c was built into a prefix (e.g. /opt/p4tools), put its bin on PATH:
-        PATH=/opt/p4tools/bin:$PATH make p4
+  - if p4c was built into a prefix, put its bin on PATH (docs/testing.md, "BMv2 and p4c"):
+        PATH=PREFIX/bin:$PATH make p4
   - or build p4c from source: https://github.com/p4lang/p4c (cmake -DENABLE_BMV2=ON),
   - or install the p4lang packages (Ubuntu: the `p4lang-p4c` package from the p4lang
     OBS repository, https://github.com/p4lang/p4c#installing-packaged-versions-of-p4c).

@@ -11,7 +11,7 @@ bytes, read over P4Runtime):
   checked against each trace's own expectations, and one batch against frame by frame;
 - ``model-veth``: the same model as a process on veths (``ina.switch_model.rawio``), as root;
 - ``bmv2``: ``simple_switch_grpc`` running ``ina/p4/ina.p4`` compiled by ``p4c-bm2-ss``, on
-  veths, as root with both tools on PATH (``PATH=/opt/p4tools/bin:$PATH``).
+  veths, as root with both tools on PATH (``PATH=PREFIX/bin:$PATH, docs/testing.md``).
 
 A target that cannot run here is skipped with the reason. docs/testing.md has the details.
 """

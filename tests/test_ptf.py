@@ -7,7 +7,7 @@ on the host ends and the tests use PTF's own checks, ``send_packet``, ``verify_p
 
 - ``model``: ``python -m ina.switch_model.rawio`` on the veths, 32 lanes;
 - ``bmv2``: ``simple_switch_grpc`` with ``ina/p4/ina.p4`` compiled by ``p4c-bm2-ss``
-  (skipped unless both are on PATH: ``PATH=/opt/p4tools/bin:$PATH``).
+  (skipped unless both are on PATH: ``PATH=PREFIX/bin:$PATH, docs/testing.md``).
 
 Both get their jobs, multicast groups, worker addresses and ``forward_table`` entries from
 the same P4Runtime control plane (`ina.control.jobs.install_job`), before every test, on a

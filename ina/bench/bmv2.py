@@ -26,7 +26,7 @@ for the same workers and lanes comes from `ina.bench.switch.measure` in the same
 (closed-loop workers over UDP), and the last column is model / BMv2 in completed slots per
 second.
 
-Needs ``p4c-bm2-ss`` and ``simple_switch_grpc`` on PATH (``PATH=/opt/p4tools/bin:$PATH``) and
+Needs ``p4c-bm2-ss`` and ``simple_switch_grpc`` on PATH (``PATH=PREFIX/bin:$PATH``) and
 root (veths, a namespace); otherwise it prints why it was skipped.
 """
 
@@ -82,7 +82,10 @@ def bmv2_missing() -> str | None:
     """Why BMv2 cannot run here (a tool not on PATH, not root), or None if it can."""
     tools = [t for t in (p4build.COMPILER, SWITCH_BINARY) if shutil.which(t) is None]
     if tools:
-        return f"{' and '.join(tools)} not on PATH (try PATH=/opt/p4tools/bin:$PATH)"
+        return (
+            f"{' and '.join(tools)} not on PATH: put the bin folder of your p4c and "
+            "behavioral-model build on PATH (docs/testing.md, 'BMv2 and p4c')"
+        )
     if os.geteuid() != 0:
         return "needs root (veths and a network namespace)"
     if shutil.which("ip") is None:

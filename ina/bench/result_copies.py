@@ -12,7 +12,7 @@ as Mininet's ``TCLink`` does. Once the switch is quiet, three numbers per rate:
   model: when it replicates);
 - copies at the hosts: what the host ends received.
 
-Usage (root; BMv2 also needs ``PATH=/opt/p4tools/bin:$PATH``)::
+Usage (root; BMv2 also needs ``PATH=PREFIX/bin:$PATH, docs/testing.md``)::
 
     python -m ina.bench.result_copies --target bmv2 --mbit 2 --rates 4000 8000
 """
