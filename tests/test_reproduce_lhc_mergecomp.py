@@ -8,14 +8,12 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from ina.experiments.reproduce import VERDICTS
 
 
-def reproduce(name: str, out) -> dict:
+def reproduce(name: str, out, *extra: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "ina", "reproduce", name, "--quick", "--out", str(out)],
+        [sys.executable, "-m", "ina", "reproduce", name, "--quick", "--out", str(out), *extra],
         capture_output=True,
         text=True,
         timeout=600,
@@ -38,8 +36,27 @@ def test_mergecomp_quick(tmp_path):
     assert "PCIe 3.0 x16" in report["tables"][0] and "NVLink 2.0" in report["tables"][0]
 
 
-@pytest.mark.slow
-def test_lhc_quick(tmp_path):
-    report = reproduce("lhc", tmp_path)
-    for model in ("ncf", "ptb-lstm", "vgg19", "bert-base"):
-        assert f"| {model} |" in report["tables"][0]
+def test_lhc_densities_come_from_each_models_structure():
+    """The full --quick run takes minutes (the README's table comes from it); here, what it
+    decides per model: embedding models at the rows one batch touches, dense ones at the
+    stated top-k."""
+    from ina.experiments.reproduce.lhc import TOPK_DENSITY, density_of
+    from ina.workload import zoo
+
+    d = {m: density_of(m, zoo.build(m))[0] for m in ("ncf", "ptb-lstm", "vgg19", "bert-base")}
+    assert d["vgg19"] == d["bert-base"] == TOPK_DENSITY
+    assert 0 < d["ncf"] < 1 and 0 < d["ptb-lstm"] < 1
+
+
+def test_lhc_on_one_model(tmp_path):
+    report = reproduce("lhc", tmp_path, "--models", "ncf")
+    assert "| ncf |" in report["tables"][0] and "| vgg19 |" not in report["tables"][0]
+    assert report["command"] == "ina reproduce lhc --quick --models ncf"
+
+
+def test_lhc_refuses_a_model_it_does_not_know(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "ina", "reproduce", "lhc", "--models", "gpt5", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "--models 'gpt5'" in r.stderr.strip().splitlines()[-1]

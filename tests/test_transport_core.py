@@ -29,9 +29,10 @@ class Wire:
     """N cores and a pipeline; every `step` moves all pending packets one hop, with seeded
     loss, duplication and reordering, and advances the clock by ``dt``."""
 
-    def __init__(self, n: int, loss=0.0, dup=0.0, reorder=False, seed=0, dt=1e-3, **kw):
+    def __init__(self, n: int, loss=0.0, dup=0.0, reorder=False, seed=0, dt=1e-3, pool=4, **kw):
         self.pipeline = Pipeline(lanes=LANES, pool_total=64)
-        install_job_spec(self.pipeline, local_job(1, n, pool_size=4))
+        install_job_spec(self.pipeline, local_job(1, n, pool_size=pool))
+        kw["pool_size"] = pool
         self.cores = [TransportCore(config(w, n, **kw), nonce=1000 + w) for w in range(n)]
         self.silent: set[int] = set()  # workers that neither send nor receive any more
         self.drop = None  # (worker, reply bytes) -> True to lose that reply on its way
@@ -166,6 +167,32 @@ def test_a_late_worker_gets_its_lost_last_result_after_another_began_the_next_ru
     assert [c.epoch for c in wire.cores] == [2, 2]
     for c in wire.cores:
         np.testing.assert_array_equal(c.result().values, total)
+
+
+def test_no_expired_chunk_is_put_off_while_lower_ones_keep_expiring():
+    """Retransmissions go a window's worth at a time. With a window of 1 and 32 chunks
+    waiting for a worker that has stopped, every chunk is sent again within 32 timeouts:
+    lowest first would send chunk 0 every time and never the others (so a higher chunk
+    whose first send was lost would starve, and the other workers wait for it)."""
+    wire = Wire(2, pool=32, rto=0.004, min_rto=0.004, max_rto=0.004, timeout=60)
+    wire.reduce_all([np.ones(LANES, np.int32)] * 2)  # the run is joined
+    wire.silent = {1}  # worker 1 stops: no chunk completes
+    wire.drop = lambda worker, payload: True  # and no reply reaches worker 0
+    core = wire.cores[0]
+    core.window = 32.0
+    core.start(Round(np.ones(32 * LANES, np.int32)), wire.now)
+    wire.step()  # all 32 sent
+    core.window = 1.0  # as a queue would cut it
+    retransmitted = set()
+    for _ in range(40 * 4):  # 40 timeouts of 4 ms, 1 ms a step
+        for buf, rows, _ in core.pop_sends():
+            hdr = buf[rows, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
+            retransmitted |= {int(q) for q, f in zip(hdr["seq"], hdr["flags"], strict=True)
+                              if f & Flag.RETX}  # fmt: skip
+        wire.now += wire.dt
+        core.tick(wire.now)
+    base = min(retransmitted)
+    assert retransmitted == set(range(base, base + 32))
 
 
 def test_rto_backs_off_to_the_maximum_and_a_silent_switch_times_out():

@@ -76,9 +76,10 @@ outgrew the timeout). It is delay-based, like TCP Vegas:
 ``window_control=False`` keeps the window at the pool.
 
 **Retransmission.** A chunk without its result after the retransmission timeout is sent
-again (flag RETX), at most a window's worth per timeout, lowest first (the rest wait a round
-trip: a burst of every expired chunk at once would overflow the same queue again and drop
-the same last chunks every time). The timeout doubles on expiry, once per timeout period,
+again (flag RETX), at most a window's worth per timeout, those sent longest ago first (the
+rest wait a round trip: a burst of every expired chunk at once would overflow the same queue
+again and drop the same last chunks every time; and lowest first, as it once was, put a
+higher chunk off for good while lower ones kept expiring). The timeout doubles on expiry, once per timeout period,
 up to ``max_rto``, for new chunks too (RFC 6298 5.5), until a clean sample resets it. The
 switch answers a retransmission with the stored result (slot complete) or with PENDING and
 the bitmap of workers it has heard from, so a chunk that never completes fails after
@@ -228,6 +229,7 @@ class _Call:
         self.done = np.zeros(C, bool)
         self.sent = np.zeros(C, bool)
         self.first_sent = np.zeros(C)
+        self.last_sent = np.zeros(C)  # the latest send, first or retransmission
         self.deadline = np.full(C, np.inf)
         self.retries = np.zeros(C, np.int32)
         self.exp_max = rnd.exp
@@ -374,9 +376,20 @@ class TransportCore:
             self.rto = min(2 * self.rto, self.cfg.max_rto)
             self._backoff_until = now + self.rto
         k = max(1, int(self.window))
-        go, later = expired[:k], expired[k:]  # lowest first: the lowest unfinished included
-        call.deadline[later] = now + (self._srtt or self.rto)  # paced: wait a round trip
+        if expired.size > k:
+            # A window's worth, those sent longest ago first (the lowest first among equals):
+            # every expired chunk goes within a few round trips, the lowest unfinished one
+            # included, so no window deadlocks. Lowest first for all starved a higher chunk
+            # whose first send was lost: lower chunks waiting for a slow worker expired again
+            # every timeout and took the whole window each time, so the higher one was put
+            # off until its own timeout (and the other workers waited for it at the switch).
+            go = np.sort(expired[np.argsort(call.last_sent[expired], kind="stable")[:k]])
+            later = np.setdiff1d(expired, go, assume_unique=True)
+            call.deadline[later] = now + (self._srtt or self.rto)  # paced: wait a round trip
+        else:
+            go = expired
         call.retries[go] += 1
+        call.last_sent[go] = now
         call.deadline[go] = now + self.rto
         tx_hdr = call.tx[go, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
         tx_hdr["flags"] |= int(Flag.RETX)
@@ -549,6 +562,7 @@ class TransportCore:
         call.go, call.go_at, call.go_rto = [], [], []
         call.sent[go] = True
         call.first_sent[go] = at
+        call.last_sent[go] = at
         call.deadline[go] = at + rto
         self._queue(call.tx, go, at)
 
@@ -636,6 +650,7 @@ class TransportCore:
                 call.flying += go.size
                 sent[go] = True
                 call.first_sent[go] = at
+                call.last_sent[go] = at
                 call.deadline[go] = at + rto_after[keep]
                 self._queue(call.tx, go, at)
             return
