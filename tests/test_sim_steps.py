@@ -104,3 +104,21 @@ def test_compare_sweep_lists_are_one_line_errors(args, message):
     r = subprocess.run([*INA, "compare", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert message in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_files_that_do_not_parse_are_one_line_errors(tmp_path):
+    bad_aicb = tmp_path / "bad.txt"
+    bad_aicb.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1\n1\n"
+                        "layer -1 1x NONE 0 10 NONE 0 10 ALLREDUCE 4 100\n")  # fmt: skip
+    no_backward = tmp_path / "fwd.json"
+    no_backward.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0,
+                                                         "dur": 5, "pid": 1, "tid": 1}]}))  # fmt: skip
+    for path, message in (
+        (bad_aicb, "bad.txt:3: field fwd_compute_time"),
+        (no_backward, "no backward events"),
+    ):
+        r = subprocess.run([*INA, "train", "--workload", str(path)], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], r.stderr
