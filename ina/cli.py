@@ -34,9 +34,21 @@ COMMANDS = {
 }
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" outside an install."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ina")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="ina", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"ina {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text)

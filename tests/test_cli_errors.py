@@ -220,3 +220,11 @@ def test_counters_target_without_a_port(target, message, capsys):
     assert ina_main(["counters", "--target", target]) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"ina counters: --target {target!r}: ") and message in line
+
+
+def test_ina_version_names_the_installed_package():
+    import importlib.metadata
+
+    r = subprocess.run([sys.executable, "-m", "ina", "--version"], capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == f"ina {importlib.metadata.version('ina')}"
