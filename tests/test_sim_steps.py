@@ -122,3 +122,25 @@ def test_files_that_do_not_parse_are_one_line_errors(tmp_path):
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["allreduce", "--size", "0"], "--size must be a whole number >= 1"),
+        (["allreduce", "--size", "inf"], "--size must be a whole number >= 1"),
+        (["compare", "--workers", "1", "--params", "10"], "at least 2 workers"),
+    ],
+)
+def test_edges_that_used_to_pass_silently_are_one_line_errors(args, message):
+    r = subprocess.run([*INA, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_timing_only_says_it_checked_no_sum():
+    r = subprocess.run([*INA, "allreduce", "--timing-only", "--workers", "64", "--size", "1000",
+                        "--iters", "1"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and "every sum exact" not in r.stdout
+    assert "sums not checked (timing only" in r.stdout

@@ -85,6 +85,8 @@ def cases_of(args: argparse.Namespace) -> list[tuple[int, int]]:
         if args.sweep_params
         else [int(args.params)]
     )
+    if min(workers) < 2:
+        raise ValueError("a comparison needs at least 2 workers (one worker has nothing to reduce)")
     return [(w, p) for w in workers for p in params]
 
 
