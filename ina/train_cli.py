@@ -283,6 +283,8 @@ def validate(args: argparse.Namespace) -> Workload:
         raise ValueError(f"--pool must be a power of two (slot = seq % pool), got {args.pool}")
     if args.lr is not None and not args.lr > 0:
         raise ValueError("--lr must be > 0")
+    if not args.sim and getattr(args, "sim_backend", "fast") != "fast":
+        raise ValueError(f"--sim-backend {args.sim_backend} is for --sim (simulated time)")
     if args.compression == "homomorphic" and not 0 < args.density < 1:
         raise ValueError("--density must be in (0, 1) with --compression homomorphic")
     if args.compression == "dc2":

@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +229,20 @@ def test_ina_version_names_the_installed_package():
     r = subprocess.run([sys.executable, "-m", "ina", "--version"], capture_output=True, text=True,
                        timeout=60)  # fmt: skip
     assert r.returncode == 0 and r.stdout.strip() == f"ina {importlib.metadata.version('ina')}"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--sim-backend", "ns3", "--max-steps", "1"], "--sim-backend ns3 is for --sim"),
+        (["allreduce", "--switch", "127.0.0.1:47000", "--jobs", "examples/jobs.json",
+          "--workers", "8"], "--workers 8: job 1 in examples/jobs.json has 2 workers"),
+    ],
+)  # fmt: skip
+def test_options_that_used_to_be_ignored_are_one_line_errors(argv, message):
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "ina", *argv], capture_output=True, text=True,
+                       timeout=60, cwd=root)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr

@@ -154,7 +154,12 @@ def read_counters_p4runtime(address: str) -> dict[str, tuple[int, int]]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=4, help="worker processes (local switch)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help=f"worker processes (local switch; default {DEFAULT_WORKERS}); with --switch, the "
+        "jobs file's count",
+    )
     p.add_argument("--size", type=int, default=1_000_000, help="float32 values per tensor")
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
@@ -199,8 +204,20 @@ def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
     return ok
 
 
+DEFAULT_WORKERS = 4  # a local switch's job
+
+
 def check_options(args: argparse.Namespace) -> None:
     """Raise `UsageError` for options no run can use (before anything starts)."""
+    if args.workers is not None and args.switch:
+        spec = load_jobs(args.jobs)[0] if args.jobs else None
+        if spec is not None and args.workers != spec.num_workers:
+            raise UsageError(
+                f"--workers {args.workers}: job {spec.job_id} in {args.jobs} has "
+                f"{spec.num_workers} workers (leave --workers out with --switch)"
+            )
+    if args.workers is None:
+        args.workers = DEFAULT_WORKERS
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(
             f"--workers {args.workers}: a job has 1..{MAX_WORKERS} workers "

@@ -30,14 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ina import units
+from ina.workload.devices import DEVICES as PROFILES
 
-# Peak dense FP32 (no tensor cores), FLOP/s, from the vendors' data sheets.
-DEVICES = {
-    "v100": 15.7e12,
-    "a100": 19.5e12,
-    "h100": 67e12,  # H100 SXM
-    "cpu": 1e12,  # a many-core server CPU with AVX-512, roughly
-}
+# Peak dense FP32 (no tensor cores), FLOP/s: the device profiles' data-sheet figures
+# (`ina.workload.devices`), and a many-core server CPU with AVX-512, roughly.
+DEVICES = {name: d.peak("fp32") for name, d in PROFILES.items()} | {"cpu": 1e12}
 
 
 @dataclass(frozen=True)
