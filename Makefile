@@ -12,12 +12,14 @@ TOPO      ?= single_4
 WORKLOAD  ?= none
 TOPO_ARGS ?=
 
-.PHONY: train run test bench experiment p4 topo topo-stop lint format clean help
+.PHONY: train run test test-fast bench experiment p4 topo topo-stop lint format clean help
 
 help:
 	@echo "make train   train a model with gradients summed in a simulated switch (main job)"
 	@echo "make run     allreduce a tensor through a simulated switch, checked exactly"
 	@echo "make test    the test suite"
+	@echo "make test-fast  the edit-run loop's subset (about 1.5 min): protocol, P4 generation,"
+	@echo "             pipeline, transport, runs, compression, simulator, workloads, layers"
 	@echo "make bench   benchmarks (tables for the README)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
 	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
@@ -49,6 +51,13 @@ run: $(STAMP)
 
 test: $(STAMP) $(NS3)
 	$(PY) -m pytest -q
+
+# The edit-run loop: the pure-Python core of every layer (no Mininet, BMv2, ns-3 or training
+# runs); make test is the whole suite and what CI runs.
+FAST_TESTS := layers protocol p4_generated pipeline transport_core runs quantize sketch \
+              homomorphic compressors dc2_laws sim step_model zoo workload_imports docs_links
+test-fast: $(STAMP)
+	$(PY) -m pytest -q $(addprefix tests/test_,$(addsuffix .py,$(FAST_TESTS)))
 
 bench: $(STAMP)
 	$(PY) -m ina bench all
