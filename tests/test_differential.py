@@ -168,7 +168,9 @@ def regrouped(target: Target, descending: bool) -> Replay:
 
 
 @pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
-def test_replicas_on_a_shared_port_leave_in_descending_rid_on_the_model(model, descending):
+def test_a_modify_keeps_the_replica_order_the_insert_made_on_the_model(model, descending):
+    """BMv2 keeps a group's nodes across a MODIFY that lists the same replicas in another
+    order (`ina.switch_model.replica_order`): the copies leave as the install made them."""
     ports = {w.udp_port: w.worker_id for w in TOPO.job(5).workers}
     out = regrouped(model, descending).outputs
     rids = [ports[int.from_bytes(f[36:38], "big")] for f in out[2]]  # UDP destination port

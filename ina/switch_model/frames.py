@@ -18,8 +18,8 @@ byte for byte. Its steps carry the names of the P4 controls:
                       Not INA: ``Forward``, ``forward_table`` exact on the destination MAC ->
                       port; a miss drops (no flooding: hosts use static ARP entries).
 3. Replication        a RESULT for the job's multicast group leaves once per replica (egress
-                      port, rid) of the group, in descending rid as BMv2 sends them
-                      (`Tables.replicas`); a unicast reply (stored
+                      port, rid) of the group, in the order BMv2 sends them (`Tables.replicas`,
+                      `replica_order`); a unicast reply (stored
                       RESULT or PENDING for a retransmission) leaves by the port it came in on;
                       a leaf's packet UP to its parent by the parent_table entry's port.
 4. ``WorkerRewrite``  each copy is addressed from ``worker_table[(job_id, worker)]`` (worker =
@@ -401,7 +401,7 @@ class FramePipeline:
         src = rows[pout.src[:m]]
 
         # -- Replication: the copies of each output, in output order (a group's replicas
-        # in descending rid), with the egress port and worker_table's bytes of each.
+        # in BMv2's order, `Tables.replicas`), with the egress port and worker_table's bytes.
         dest = pout.dest[:m]
         mc = dest == MULTICAST
         job = pout.job_id[:m].astype(np.int64)

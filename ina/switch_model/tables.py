@@ -15,6 +15,7 @@ from pathlib import Path
 from ina.errors import UsageError
 from ina.p4.entities import MAX_JOBS, MAX_MCAST_GROUP
 from ina.protocol import MAX_WORKERS
+from ina.switch_model.replica_order import McastGroup, insert_group, modify_group, send_order
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ class Tables:
     jobs: dict[int, JobEntry] = field(default_factory=dict)
     workers: dict[tuple[int, int], WorkerAddress] = field(default_factory=dict)
     parents: dict[int, ParentEntry] = field(default_factory=dict)  # job_id -> parent
-    # multicast group -> replicas (egress port, rid); rid is the worker id
+    # multicast group -> replicas (egress port, rid) as last written; rid is the worker id.
+    # `write_group` keeps BMv2's attach order with them (a `McastGroup`); a plain list
+    # written here counts as one INSERT in its order.
     mcast_groups: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     def add_job(self, job: JobEntry, pool_total: int) -> None:
@@ -113,12 +116,23 @@ class Tables:
     def add_worker(self, w: WorkerAddress) -> None:
         self.workers[(w.job_id, w.worker_id)] = w
 
+    def write_group(self, group: int, replicas: list[tuple[int, int]]) -> McastGroup:
+        """Write multicast ``group`` as BMv2 (behind PI's P4Runtime server) does: an INSERT
+        if the group is new, else a MODIFY, which keeps the order of the replicas it keeps
+        and sends new ones last (`ina.switch_model.replica_order`). Delete a group with
+        ``del mcast_groups[group]``; writing it again is then an INSERT."""
+        old = self.mcast_groups.get(group)
+        new = insert_group(replicas) if old is None else modify_group(old, replicas)
+        self.mcast_groups[group] = new
+        return new
+
     def replicas(self, group: int) -> list[tuple[int, int]]:
         """The copies a multicast to ``group`` makes, (egress port, rid), in the order they
-        leave: descending rid, whatever order the group was written in, because that is the
-        order in which BMv2 sends them (measured: tests/test_differential.py, two workers
-        behind one port see it as who hears first; issue 11)."""
-        return sorted(self.mcast_groups.get(group, ()), key=lambda pr: -pr[1])
+        leave BMv2 (issue 32): its replicas' nodes in the order they were attached, which
+        libstdc++'s hash map and the group's INSERT and MODIFY history decide, each node's
+        ports ascending (`ina.switch_model.replica_order`). It shows when two workers share
+        a port, as who hears first (tests/test_replica_order.py)."""
+        return send_order(self.mcast_groups.get(group, ()))
 
 
 @dataclass(frozen=True)

@@ -710,8 +710,8 @@ def two_jobs_interleaved(b: TraceBuilder) -> dict[str, int]:
 @trace
 def shared_port_replicas(b: TraceBuilder) -> dict[str, int]:
     """Job 5 has workers 0 and 2 behind port 2: every result leaves port 2 twice, and the
-    copies' order there is the replication engine's (BMv2: descending replica id, whatever
-    order the group was written in), seen by the workers as which one hears first."""
+    copies' order there is the replication engine's (BMv2: the attach order of its nodes,
+    `ina.switch_model.replica_order`), seen by the workers as which one hears first."""
     for seq in range(6):
         b.round(5, seq)
     b.ina(5, 2, 0, retx=True)  # a stored result by unicast, between the multicasts
