@@ -19,7 +19,7 @@ import argparse
 import importlib
 import sys
 
-from ina.errors import run_command
+from ina.errors import HelpFormatter, run_command
 
 COMMANDS = {
     "switch": ("ina.switch_model.run", "run the switch model"),
@@ -32,6 +32,10 @@ COMMANDS = {
     "reproduce": ("ina.experiments.reproduce.cli", "re-run a seed paper's headline experiment"),
     "workloads": ("ina.workload.cli", "list the model zoo"),
 }
+
+
+# where the commands with subcommands keep the one chosen (their add_subparsers dest)
+SUBCOMMANDS = ("sim_command", "experiment", "study", "which")
 
 
 def version() -> str:
@@ -51,13 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"ina {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        sp = sub.add_parser(name, help=help_text)
+        sp = sub.add_parser(name, help=help_text, formatter_class=HelpFormatter)
         sp.set_defaults(_module=module)
         # Parse lazily: load the module's own arguments only for the command being run.
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(sp)
     args = parser.parse_args(argv)
-    return run_command(f"ina {args.command}", importlib.import_module(args._module).main, args)
+    # `ina sim allreduce: ...`, not `ina sim: ...`, for commands with subcommands
+    sub = next((getattr(args, k) for k in SUBCOMMANDS if getattr(args, k, None)), None)
+    prog = f"ina {args.command}" + (f" {sub}" if sub else "")
+    return run_command(prog, importlib.import_module(args._module).main, args)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ A command raises `UsageError` with a message that says what is wrong and how to 
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 USAGE_EXIT = 2  # argparse's status for bad options; ours for any bad input
+INTERRUPTED_EXIT = 130  # a shell's status for a command ended by SIGINT (128 + 2)
 
 
 class UsageError(ValueError):
@@ -38,10 +42,63 @@ class Diverged(Exception):
 
 def run_command(prog: str, main: Callable[..., int | None], *args) -> int:
     """``main(*args)``'s exit status (its int result; 0 for None or any other result), or 2
-    after printing ``prog: message`` for a `UsageError`."""
+    after printing ``prog: message`` for a `UsageError`, or 130 after one line for Ctrl-C
+    (the command's ``finally`` blocks have stopped what it started by then)."""
     try:
         rc = main(*args)
     except UsageError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return USAGE_EXIT
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
     return rc if isinstance(rc, int) else 0
+
+
+def output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """``path`` created if need be and checked writable before a run spends time on results
+    it could not save; UsageError naming ``option`` otherwise."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".ina-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
+    return out
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` with every option's default, where it has one and its help text does not
+    already say it (argparse's own formatter also prints "(default: None)")."""
+
+    @staticmethod
+    def _has_default(action: argparse.Action) -> bool:
+        return (
+            bool(action.option_strings)
+            and action.nargs != 0
+            and action.default not in (None, False, argparse.SUPPRESS, [], "")
+        )
+
+    def add_argument(self, action: argparse.Action) -> None:
+        if action.help is None and self._has_default(action):
+            action.help = "default: %(default)s"  # argparse prints no line for help=None
+        super().add_argument(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or not self._has_default(action):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def whole_number(text: str) -> int:
+    """argparse's type for a count that may be written ``4e6`` or ``4000000``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value.is_integer():  # NaN and infinity are not integers either
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)

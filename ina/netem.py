@@ -801,6 +801,16 @@ PROFILES: dict[str, Callable[..., DelayModel]] = {
 }
 
 
+def check_profile(profile: str) -> None:
+    """ValueError, in one line, if ``profile`` would not make a delay model (an unknown name
+    or parameter, a trace file that cannot be read): for a command to refuse up front."""
+    name, params = parse_profile(profile)
+    try:
+        PROFILES[name](np.random.SeedSequence(0), **params)
+    except TypeError as e:
+        raise ValueError(f"link profile {profile!r}: {e}") from None
+
+
 def parse_profile(profile: str) -> tuple[str, dict]:
     """``NAME[:PARAM=VALUE...]`` -> (name, parameters); ``trace:PATH`` -> ("trace", {path}).
 

@@ -30,14 +30,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from ina.control.dc2.laws import law_params
+from ina.errors import HelpFormatter
+from ina.procs import stop_process
 from ina.workload.hook import COMPRESSIONS
 from ina.workload.models import MODELS
 from ina.workload.tasks import TASKS, Workload, resolve
+
+DENSITY = 0.05  # --density's default, for --compression homomorphic only
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,7 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-steps", type=int, help="stop after this many steps in total")
     g.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     g.add_argument(
-        "--out", help="directory for config, metrics.csv, summary.json (default: a temporary one)"
+        "--out",
+        help="folder for config.json, metrics.csv, result.json, summary.json (default: a new "
+        "runs/train/DATE-TIME); a previous run's files there are replaced",
     )
     g.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     g.add_argument(
@@ -138,7 +143,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "calls timed through the real transport and switch), printed, and every step follows "
         "it (docs/compression.md)",
     )
-    c.add_argument("--density", type=float, default=0.05, help="homomorphic: fraction sent")
+    c.add_argument(
+        "--density",
+        type=float,
+        help=f"with --compression homomorphic: fraction of entries sent (default {DENSITY})",
+    )
     c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target, ownq)")
     c.add_argument(
         "--law-param",
@@ -161,8 +170,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--link-rate",
         metavar="RATE",
-        help="rate of each worker's up and down link: 100G, 25Gbit/s, 10M; a bare number is "
-        "Mbit/s (default: unlimited; with --sim, 100G)",
+        help="rate of each worker's up and down link, with its unit: 100G, 25Gbit/s, 10M "
+        "(default: unlimited; with --sim, 100G)",
     )
     c.add_argument(
         "--coding",
@@ -205,12 +214,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--compute",
         help="with --sim: compute time per step: measured[:SCALE], fixed:TIME, "
-        "flops:DEVICE[:EFFICIENCY] (ina/workload/compute.py; default measured, or the scenario's)",
+        "flops:DEVICE[:EFFICIENCY] (ina/workload/compute.py; default flops:a100, or the "
+        "scenario's)",
     )
     s.add_argument(
         "--codec",
-        help="with --sim: codec time: measured[:SCALE], none, or a throughput like 30GB/s "
-        "(default measured, or the scenario's)",
+        help="with --sim: codec time: device:DEVICE[:PASSES], measured[:SCALE] (this "
+        "host's), none, or a throughput like 30GB/s (default device:a100, or the scenario's)",
     )
     from ina.sim.options import add_network_arguments
 
@@ -241,6 +251,15 @@ _SCENARIO_SETS = {
     "buffer": "none", "capacity": None, "up_rate": None, "down_rate": None,
     "switch_rate": "none", "switch_latency": "1us", "rto": "50ms", "min_rto": "20ms",
 }  # fmt: skip
+
+
+def law_parameters(law: type) -> list[str]:
+    """The keyword parameters a law's constructor takes (for the error that lists them)."""
+    import inspect
+
+    sig = inspect.signature(law.__init__)
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [n for n, p in sig.parameters.items() if n != "self" and p.kind in kinds]
 
 
 def workload_target(args: argparse.Namespace, workload: Workload) -> float | None:
@@ -285,6 +304,19 @@ def validate(args: argparse.Namespace) -> Workload:
         raise ValueError("--lr must be > 0")
     if not args.sim and getattr(args, "sim_backend", "fast") != "fast":
         raise ValueError(f"--sim-backend {args.sim_backend} is for --sim (simulated time)")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise ValueError(
+            f"--max-steps must be >= 1, got {args.max_steps} (leave it out for every step)"
+        )
+    if args.density is not None and (args.compression != "homomorphic" or args.compressor):
+        raise ValueError(
+            "--density is the fraction --compression homomorphic sends: "
+            + ("dc2 chooses its own" if args.compression == "dc2" else
+               f"--compression {args.compression} would ignore it")
+            + ("" if not args.compressor else "; a --compressor takes --compressor-arg")
+        )  # fmt: skip
+    if args.density is None:
+        args.density = DENSITY
     if args.compression == "homomorphic" and not 0 < args.density < 1:
         raise ValueError("--density must be in (0, 1) with --compression homomorphic")
     if args.compression == "dc2":
@@ -293,7 +325,18 @@ def validate(args: argparse.Namespace) -> Workload:
         if args.law not in LAWS:
             raise ValueError(f"unknown --law {args.law!r}; known: {sorted(LAWS)}")
         try:
-            LAWS[args.law](**law_params(args.law_param))
+            params = law_params(args.law_param)
+        except ValueError as e:
+            raise ValueError(f"--law {args.law} --law-param: {e}") from None
+        known = law_parameters(LAWS[args.law])
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise ValueError(
+                f"--law {args.law} has no parameter {', '.join(unknown)}; its parameters: "
+                + ", ".join(known)
+            )
+        try:
+            LAWS[args.law](**params)
         except (TypeError, ValueError) as e:
             raise ValueError(f"--law {args.law} --law-param: {e}") from None
     elif args.law_param:
@@ -303,6 +346,12 @@ def validate(args: argparse.Namespace) -> Workload:
     if args.eval_every < 0:
         raise ValueError("--eval-every must be >= 0")
     workload = resolve(args.dataset, args.model)
+    from ina.workload.data import check_files
+
+    try:
+        check_files(args.dataset, args.data_dir)  # before any rank starts, not once per rank
+    except FileNotFoundError as e:
+        raise ValueError(f"--data-dir: {e}") from None
     if workload_target(args, workload) is not None and not args.eval_every:
         option = "--target" if args.stop_at_acc is None else "--stop-at-acc"
         raise ValueError(f"{option} needs --eval-every (the evaluations that check it)")
@@ -375,15 +424,12 @@ def check_mergecomp(args: argparse.Namespace) -> None:
 
 
 def link_rate_bps(text: str | None) -> float | None:
-    """``--link-rate`` in bit/s: a rate with its unit, or a bare number of Mbit/s."""
+    """``--link-rate`` in bit/s: a rate with its unit (``ina.units``)."""
     if text is None:
         return None
     from ina import units
 
-    try:
-        value = float(text) * 1e6
-    except ValueError:
-        value = units.rate(text, "--link-rate")
+    value = units.rate(text, "--link-rate")
     if not value > 0:
         raise ValueError(f"--link-rate must be > 0, got {text!r}")
     return value
@@ -391,14 +437,15 @@ def link_rate_bps(text: str | None) -> float | None:
 
 def sim_models(args: argparse.Namespace):
     """The network spec, compute and codec models of ``--sim`` (ValueError: why not)."""
-    from ina.workload.compute import parse_codec, parse_compute
+    from ina.workload.compute import DEFAULT_CODEC, DEFAULT_COMPUTE, parse_codec, parse_compute
 
     if args.scenario:
         from ina.sim.scenario import load_scenario
 
         scenario = load_scenario(args.scenario)
         return scenario_models(args, scenario)
-    args.compute, args.codec = args.compute or "measured", args.codec or "measured"
+    args.compute = args.compute or DEFAULT_COMPUTE
+    args.codec = args.codec or DEFAULT_CODEC
     spec = sim_network(args, args.workers or 4)
     return spec, parse_compute(args.compute), parse_codec(args.codec)
 
@@ -409,10 +456,6 @@ def sim_network(args: argparse.Namespace, workers: int):
     from ina.sim.options import network_spec
 
     rate = args.link_rate or "100G"
-    try:
-        rate = f"{float(rate)}M"  # a bare number is Mbit/s, as without --sim
-    except ValueError:
-        pass
     return network_spec(
         args, workers, args.lanes, args.pool, seed=args.seed, rate=rate, profile=args.delay
     )
@@ -482,7 +525,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "delay": args.delay,
         # CLOCK_MONOTONIC is one clock for all processes: shared congestion episodes
         # (`high:episode_seed=N`) start from here on every worker's links.
-        "clock_epoch": time.monotonic(),
+        "clock_epoch": None if args.sim else time.monotonic(),
         "link_rate_bps": link_rate_bps(args.link_rate),
         "scenario": args.scenario,
         "compute": args.compute,
@@ -502,6 +545,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
 def torchrun_command(num_workers: int, master_port: int, config_path: Path) -> list[str]:
     """torchrun on one node: ``num_workers`` ranks, static rendezvous on 127.0.0.1 (through
     `ina.train.torchrun`, which leaves the reporting of a failed rank to the rank)."""
+    log_dir = config_path.parent / "torchrun"
     return [
         sys.executable,
         "-m",
@@ -511,6 +555,9 @@ def torchrun_command(num_workers: int, master_port: int, config_path: Path) -> l
         "--master-addr=127.0.0.1",
         f"--master-port={master_port}",
         "--max-restarts=0",
+        # torchrun's logs into the run's folder: without a folder it makes a
+        # torchelastic_* one in the system's temporary folder and leaves it there
+        f"--log-dir={log_dir}",
         "-m",
         "ina.train.worker_main",
         str(config_path),
@@ -528,6 +575,11 @@ def rank_env(num_workers: int, master_port: int) -> dict[str, str]:
     }
 
 
+# What a run of `ina train` writes into its folder: removed before the next run there.
+RUN_FILES = ("config.json", "metrics.csv", "result.json", "summary.json", "steps.csv",
+             "dc2_rank*.csv", "error_rank*.txt", "dump_rank*.pt", "torchrun")  # fmt: skip
+
+
 def run_ranks(num_workers: int, config: dict, out: Path) -> int:
     """Write the config, run torchrun, return its exit code."""
     from ina.host.launch import free_tcp_port
@@ -536,7 +588,13 @@ def run_ranks(num_workers: int, config: dict, out: Path) -> int:
     config_path.write_text(json.dumps(config, indent=1))
     port = free_tcp_port()
     cmd = torchrun_command(num_workers, port, config_path)
-    return subprocess.call(cmd, env=rank_env(num_workers, port))
+    # A session of its own: Ctrl-C reaches only this process, which stops torchrun by its
+    # PID (SIGTERM: torchrun stops its ranks), instead of every rank printing a traceback.
+    proc = subprocess.Popen(cmd, env=rank_env(num_workers, port), start_new_session=True)
+    try:
+        return proc.wait()
+    finally:
+        stop_process(proc, timeout=15)
 
 
 def rank_errors(out: Path) -> list[str]:
@@ -577,6 +635,10 @@ def print_summary(result: dict, counters: dict | None, wall_s: float) -> None:
         f"({result['parameters']:,} parameters)"
     )
     print(f"  {'replicas identical at end':<28} {result['replicas_identical']}")
+    from ina.workload.traffic import summary_lines
+
+    for line in summary_lines(result.get("compression_summary")):
+        print(line)
     if counters:
         print_counters(counters)
 
@@ -603,15 +665,18 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"ina train: {e}", file=sys.stderr)
         return 2
-    tmp = None
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob("error_rank*.txt"):
-            stale.unlink()
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="ina-train-")
-        out = Path(tmp.name)
+    from ina.errors import UsageError
+    from ina.runs import clear_previous, run_folder
+
+    try:
+        out = run_folder(args.out, "train")
+    except UsageError as e:
+        print(f"ina train: {e}", file=sys.stderr)
+        return 2
+    gone = clear_previous(out, RUN_FILES)
+    if gone:
+        print(f"ina train: {out} held a previous run's files: replacing {', '.join(gone)}")
+    print(f"results: {out}", flush=True)
     t0 = time.monotonic()
     switch = None
     counters = None
@@ -639,7 +704,11 @@ def main(args: argparse.Namespace) -> int:
                 )
                 return 2
             if args.p4runtime:
-                _reinstall(args.p4runtime, spec)
+                try:
+                    _reinstall(args.p4runtime, spec)
+                except ConnectionError as e:  # "no P4Runtime server answers at ..."
+                    print(f"ina train: --p4runtime: {e}", file=sys.stderr)
+                    return 1
             host, port = args.switch.rsplit(":", 1)
             ina = ina_section(spec, (host, int(port)), args.lanes, args.timeout)
             rc = run_ranks(n, make_config(args, out, ina), out)
@@ -672,17 +741,16 @@ def main(args: argparse.Namespace) -> int:
         result["wall_seconds"] = wall
         (out / "summary.json").write_text(json.dumps(result, indent=1))
         print_summary(result, counters, wall)
-        if args.out:
-            print(f"\nmetrics: {out / 'metrics.csv'}, {out / 'summary.json'}")
+        print(f"\nwrote {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         return 0
     finally:
         if switch is not None:
             switch.stop()
-        if tmp is not None:
-            tmp.cleanup()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="ina train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ina train", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
     add_arguments(parser)
     sys.exit(main(parser.parse_args()))

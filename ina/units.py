@@ -1,9 +1,12 @@
 """Quantities on the command line and in scenario files: ``100G``, ``1us``, ``4MB``.
 
-Rates are bits per second (``100G``, ``25Gbit/s``, ``10M``, ``1e9``); times are seconds
-(``1us``, ``0.5ms``, ``2s``, ``1e-6``); sizes are bytes (``4MB``, ``256KiB``, ``1500``).
-A bare number is in the base unit. Everything that does not parse, or is negative where it
-may not be, is a ValueError with a message that names the quantity.
+Rates are bits per second and need their unit on the command line and in files
+(``100G``, ``25Gbit/s``, ``10M``, ``1000bit/s``): a bare ``1000`` has meant Mbit/s in one
+tool and bit/s in another, so it is refused with the two readings spelled out. A number
+that is already numeric (a JSON number in a scenario file) is bits per second. Times are
+seconds (``1us``, ``0.5ms``, ``2s``; a bare number is seconds); sizes are bytes (``4MB``,
+``256KiB``, ``1500``; a bare number is bytes). Everything that does not parse, or is
+negative where it may not be, is a ValueError with a message that names the quantity.
 """
 
 from __future__ import annotations
@@ -35,9 +38,29 @@ def _parse(text: str | float, units: dict[str, float], what: str, shown: object 
 
 
 def rate(text: str | float, what: str = "rate") -> float:
-    """Bits per second: ``100G``, ``100Gbit/s``, ``100gbps``, ``25M``, ``1e9``."""
-    t = str(text).strip().lower().replace("bit/s", "").replace("bps", "").replace("b/s", "")
-    return _parse(t, _RATE, what, text)
+    """Bits per second: ``100G``, ``100Gbit/s``, ``100gbps``, ``25M``, ``1000bit/s``; a
+    string without a unit is refused (see the module's docstring), a float is bit/s."""
+    if isinstance(text, int | float):
+        return _parse(text, _RATE, what)
+    raw = str(text).strip()
+    t = raw.lower()
+    has_unit = any(t.endswith(u) for u in ("bit/s", "bps", "b/s"))
+    t = t.replace("bit/s", "").replace("bps", "").replace("b/s", "")
+    value = _parse(t, _RATE, what, text)
+    if not has_unit and re.fullmatch(_NUMBER, t) and value != 0:
+        raise ValueError(
+            f"{what} {raw} needs a unit: write {_with_prefix(value * 1e6)} for "
+            f"{raw} Mbit/s, or {_with_prefix(value)} for {raw} bit/s"
+        )
+    return value
+
+
+def _with_prefix(bps: float) -> str:
+    """A rate in the shortest of ``1G``, ``100M``, ``5k`` or ``7bit/s``."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g}{prefix}"
+    return f"{bps:g}bit/s"
 
 
 def seconds(text: str | float, what: str = "time") -> float:
@@ -48,3 +71,16 @@ def seconds(text: str | float, what: str = "time") -> float:
 def size(text: str | float, what: str = "size") -> float:
     """Bytes: ``4MB``, ``256KiB``, ``1500``."""
     return _parse(text, _SIZE, what)
+
+
+def format_seconds(s: float) -> str:
+    """A duration for people: ``390.36 ms``, ``12.50 us``, ``1,234.5 s`` (3 to 5 digits)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(s) >= scale or unit == "ns":
+            return f"{s / scale:,.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 call``, ``2 calls``, ``1,024 workers``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

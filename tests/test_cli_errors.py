@@ -75,7 +75,12 @@ BAD_JOBS = {
         {"jobs": [{**_job_json(), "pool_base": "0"}]},
         "'pool_base' must be an integer",
     ),
-}
+    "ip not an address": (
+        {"jobs": [{**_job_json(), "workers": [
+            {**_job_json()["workers"][0], "ip": "not-an-ip"}, _job_json()["workers"][1]]}]},
+        "workers[0]: 'ip' 'not-an-ip' is not an IPv4 address (a.b.c.d)",
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(BAD_JOBS))
@@ -246,3 +251,67 @@ def test_options_that_used_to_be_ignored_are_one_line_errors(argv, message):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+# -- issue 29: a number means one thing, messages name the cause, nothing ignored ------------
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # a rate needs its unit everywhere (it meant Mbit/s in one command, bit/s in another)
+        (["train", "--sim", "--link-rate", "1000"],
+         "--link-rate 1000 needs a unit: write 1G for 1000 Mbit/s, or 1k for 1000 bit/s"),
+        (["train", "--link-rate", "100"], "--link-rate 100 needs a unit: write 100M"),
+        (["sim", "allreduce", "--link-rate", "1000"], "link rate 1000 needs a unit"),
+        (["sim", "allreduce", "--link-rate", "1e9"], "or 1G for 1e9 bit/s"),
+        (["experiment", "dc2-bound", "--link-rate", "100"], "--link-rate 100 needs a unit"),
+        # options that were accepted and ignored
+        (["train", "--sim", "--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+        (["train", "--sim", "--density", "0.5"],
+         "--density is the fraction --compression homomorphic sends: --compression dense "
+         "would ignore it"),
+        (["train", "--sim", "--compression", "dc2", "--density", "0.3"], "dc2 chooses its own"),
+        # messages that now name the cause
+        (["train", "--sim", "--compression", "dc2", "--law", "aimd", "--law-param", "foo=1"],
+         "--law aimd has no parameter foo; its parameters: threshold_ratio, threshold_s"),
+        (["train", "--sim", "--compressor", "qsgd", "--compressor-arg", "levels=x"],
+         "levels='x' is not an integer"),
+        (["train", "--sim", "--scenario", "README.md"], "scenario README.md: not valid JSON"),
+        (["train", "--dataset", "mnist", "--data-dir", "/nonexistent"],
+         "--data-dir: /nonexistent: no train-images-idx3-ubyte"),
+        (["train", "--data-dir", "/tmp"], "digits ships with its package"),
+        (["sim", "allreduce", "--link-loss", "1.5"], "--link-loss must be in [0, 1), got 1.5"),
+        (["sim", "allreduce", "--link-loss", "nan"], "--link-loss must be in [0, 1), got nan"),
+        (["sim", "allreduce", "--size", "1e10", "--workers", "8"],
+         "--size 10,000,000,000 with 8 workers needs about 1,788.1 GiB to check every sum"),
+        (["sim", "allreduce", "--size", "1e15", "--timing-only"], "even timing only"),
+        (["allreduce", "--size", "1.5"], "'1.5' is not a whole number"),
+    ],
+)  # fmt: skip
+def test_mistakes_found_in_a_first_hour_are_one_line(argv, message):
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "ina", *argv], capture_output=True, text=True,
+                       timeout=60, cwd=root)  # fmt: skip
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr and message in lines[-1], r.stderr
+
+
+def test_every_help_shows_the_defaults_once():
+    for argv in (["train"], ["sim", "allreduce"], ["sim", "fidelity"], ["allreduce"],
+                 ["switch"], ["experiment", "dc2"]):  # fmt: skip
+        r = run_ina(*argv, "--help")
+        text = " ".join(r.stdout.split())  # argparse wraps lines
+        assert r.returncode == 0 and "(default: None)" not in text, argv
+        assert len(re.findall(r"default[: ]", text)) > 5, argv
+        assert re.search(r"\(default: [^)]*\) \(default", text) is None, argv
+    text = " ".join(run_ina("train", "--help").stdout.split())
+    assert "--epochs EPOCHS default: 20" in text and "--momentum MOMENTUM default: 0.9" in text
+
+
+def test_one_name_for_one_option_across_commands():
+    train = run_ina("train", "--help").stdout
+    sim = run_ina("sim", "allreduce", "--help").stdout
+    for option in ("--delay", "--sim-backend", "--link-rate"):
+        assert option in train and option in sim, option

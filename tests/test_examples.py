@@ -43,3 +43,13 @@ def test_the_example_runs_as_printed_one_process_per_worker():
     for w, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
         assert p.returncode == 0, err
         assert out.strip() == f"worker {w}: sum 3, mean 1.5"
+
+
+def test_the_training_step_example_runs_and_prints_both_algorithms():
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "simulate_a_training_step.py")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert [ln.split(":")[0].strip() for ln in lines] == ["ina", "ring"]
+    ms = [float(re.search(r"([0-9.]+) ms per step", ln).group(1)) for ln in lines]
+    assert all(m > 0 for m in ms)

@@ -27,11 +27,17 @@ def test_bad_options_are_one_line_errors(args, message, capsys, tmp_path):
     assert len(err) == 1 and message in err[0], err
 
 
-def test_a_small_matrix_runs_in_parallel_and_trains_alike_in_both_networks(tmp_path, capsys):
+def test_a_small_matrix_runs_in_parallel_and_trains_alike_in_both_networks(
+    tmp_path, capsys, monkeypatch
+):
     argv = ["experiment", "grace", "--sim", "--workloads", "mnist1d", "--max-steps", "4"]
     argv += ["--methods", "none,signsgd", "--eval-every", "2", "--target", "0.05"]
     argv += ["--repeats", "1", "--parallel", "2", "--out", str(tmp_path)]
+    monkeypatch.setenv("INA_PROGRESS", "1")  # the runs done out of the runs planned
     assert ina_main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "grace runs" in err and "/4" in err and "grace runs" not in out
+    assert f"written: {tmp_path}/ (results.csv" in out  # where the results are
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert {(r["network"], r["method"]) for r in rows} == {
         (n, m) for n in ("quiet-100G", "slow-1G") for m in ("none", "signsgd")

@@ -114,3 +114,79 @@ def test_bad_sim_options_are_one_line_errors(tmp_path, args, message):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+SHORT = ["--workers", "4", "--epochs", "1", "--max-steps", "12"]
+
+
+def test_default_compute_and_codec_are_models_the_same_on_every_run(tmp_path):
+    """No --compute or --codec: simulated times come from device models, not this host."""
+    runs = [train(tmp_path, str(i), *SHORT) for i in range(2)]
+    for r, _ in runs:
+        assert r.returncode == 0, r.stderr
+        assert "flops:a100, device:a100" in r.stdout and "measured on this host" not in r.stdout
+    (_, a), (_, b) = runs
+    assert without_wall(a / "metrics.csv") == without_wall(b / "metrics.csv")
+    for name in ("result.json", "summary.json"):
+        ra, rb = (drop_wall(json.loads((d / name).read_text())) for d in (a, b))
+        assert ra == rb and ra["sim_seconds"] > 0
+    ca, cb = (json.loads((d / "config.json").read_text()) for d in (a, b))
+    assert {**ca, "out": None} == {**cb, "out": None}
+
+
+def test_measured_is_flagged_as_host_dependent(tmp_path):
+    r, _ = train(tmp_path, "m", *SHORT, "--compute", "measured", "--codec", "none")
+    assert r.returncode == 0, r.stderr
+    assert "compute measured on this host: times differ run to run" in r.stdout
+
+
+def test_without_out_a_run_gets_its_own_folder_under_runs(tmp_path):
+    cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", *SHORT]
+    outs = []
+    for _ in range(2):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))
+        out = tmp_path / line.removeprefix("results: ")
+        assert out.parent == tmp_path / "runs" / "train"
+        assert (
+            out / "summary.json"
+        ).exists() and f"wrote {line.removeprefix('results: ')}" in r.stdout
+        outs.append(out)
+    assert outs[0] != outs[1]
+
+
+def test_a_previous_runs_files_are_replaced_not_mixed(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "steps.csv").write_text("left by an older run with --step-log\n")
+    r, _ = train(tmp_path, "o", *SHORT)
+    assert r.returncode == 0, r.stderr
+    assert "held a previous run's files: replacing steps.csv" in r.stdout
+    assert not (out / "steps.csv").exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/ina-out", "/dev/null/out"])
+def test_an_out_that_cannot_be_written_is_one_line_before_the_run(tmp_path, where):
+    r, _ = train(tmp_path, "x", *SHORT, "--out", where)
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"ina train: --out {where}: cannot write there")
+    assert len(r.stderr.strip().splitlines()) == 1 and "training" not in r.stdout
+
+
+def test_the_summary_says_what_compression_did(tmp_path):
+    r, out = train(tmp_path, "dc2", *SHORT, "--compression", "dc2", "--law", "aimd",
+                   "--law-param", "initial=0.5", "--delay", "high")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "compression                  dc2, law aimd (initial=0.5)" in r.stdout
+    assert "delay profile                high" in r.stdout
+    s = json.loads((out / "result.json").read_text())["compression_summary"]
+    line = next(ln for ln in r.stdout.splitlines() if "density per step" in ln)
+    assert f"mean {s['density_mean']:.3g}, range {s['density_min']:.3g}-" in line
+    assert s["density_min"] < 1 and s["ratio"] > 1  # it compressed, and said by how much
+    r, out = train(tmp_path, "qsgd", *SHORT, "--compressor", "qsgd", "--compressor-arg",
+                   "levels=7")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "compression                  qsgd (levels=7)" in r.stdout
+    ratio = json.loads((out / "result.json").read_text())["compression_summary"]["ratio"]
+    assert f"{ratio:.2f}x compression" in r.stdout and ratio > 2

@@ -37,7 +37,7 @@ def _validate(*args: str) -> subprocess.CompletedProcess:
 
 def test_validate_prints_a_row_per_configuration():
     r = _validate(
-        "--workers", "1", "--rates", "20", "--profiles", "none", "--what", "allreduce",
+        "--workers", "1", "--rates", "20M", "--profiles", "none", "--what", "allreduce",
         "--size", "20000", "--iters", "1",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -17,6 +17,7 @@ checks. The two default runs take about a minute on two cores; everything else i
 import argparse
 import gzip
 import json
+import os
 import pickle
 import signal
 import subprocess
@@ -46,9 +47,12 @@ def parse(argv: list[str]):
     return p.parse_args(argv)
 
 
-def run_train(out: Path, *extra: str, timeout: float = 170) -> subprocess.CompletedProcess:
+def run_train(
+    out: Path, *extra: str, timeout: float = 170, env: dict | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "ina.train_cli", "--out", str(out), "--no-progress", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -59,10 +63,20 @@ def default_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("train")
     runs = {}
     for backend in ("ina", "gloo"):
-        out = base / backend
-        proc = run_train(out, "--backend", backend, "--check-sync", "--dump-step", "1")
+        out, tmp = base / backend, base / f"tmp-{backend}"
+        tmp.mkdir()
+        proc = run_train(
+            out, "--backend", backend, "--check-sync", "--dump-step", "1", env={"TMPDIR": str(tmp)}
+        )
         runs[backend] = (out, json.loads((out / "summary.json").read_text()), proc.stdout)
     return runs
+
+
+def test_a_run_says_where_it_wrote_and_leaves_no_temporary_files(default_runs):
+    for backend, (out, _, stdout) in default_runs.items():
+        assert f"wrote {out}: " in stdout and "summary.json" in stdout
+        # torchrun makes a torchelastic_* folder there unless told where its logs go
+        assert list((out.parent / f"tmp-{backend}").iterdir()) == []
 
 
 def load_dumps(out: Path, world: int) -> list[dict]:

@@ -18,7 +18,7 @@ FIXED = ["--compute", "fixed:2ms", "--codec", "none"]  # simulated times indepen
     "args, message",
     [
         (["--compressor", "nope"], "unknown compressor 'nope'; known: dgc"),
-        (["--compressor", "qsgd", "--compressor-arg", "levels=x"], "levels='x' is not a int"),
+        (["--compressor", "qsgd", "--compressor-arg", "levels=x"], "levels='x' is not an integer"),
         (["--compressor", "qsgd", "--compressor-arg", "bogus=1"], "unknown argument 'bogus'"),
         (["--compressor", "qsgd", "--compressor-arg", "levels=0"], "levels must be in"),
         (["--compressor", "qsgd", "--compressor-arg", "levels"], "is not key=value"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from ina.errors import UsageError
+from ina.errors import HelpFormatter, UsageError
 
 BENCHES = {
     "switch": "ina.bench.switch",
@@ -25,7 +25,7 @@ BENCHES = {
 
 def parser_for(name: str) -> argparse.ArgumentParser:
     """The argument parser of benchmark ``name``, with that module's options."""
-    parser = argparse.ArgumentParser(prog=f"ina bench {name}")
+    parser = argparse.ArgumentParser(prog=f"ina bench {name}", formatter_class=HelpFormatter)
     importlib.import_module(BENCHES[name]).add_arguments(parser)
     return parser
 

@@ -227,8 +227,10 @@ def coerce(owner: str, name: str, value: object, default: object) -> object:
         if isinstance(default, float):
             return float(text)
     except ValueError:
-        kind = type(default).__name__
-        raise ValueError(f"{owner}: {name}={value!r} is not a {kind}") from None
+        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(
+            type(default), type(default).__name__
+        )
+        raise ValueError(f"{owner}: {name}={value!r} is not {kind}") from None
     return value
 
 

@@ -6,6 +6,9 @@ never disturbs the controller that owns the switch)::
     ina counters --target 127.0.0.1:9559              # totals once
     ina counters --target 127.0.0.1:9559 --watch 1    # every second, with rates per second
 
+On a terminal, ``--watch`` redraws the table in place (ANSI cursor-up and erase); piped or
+redirected, it prints one table after another as lines.
+
 Rates: packets/s for every counter, and the gradient payload aggregated in Gbit/s: lane bits
 of the AGGREGATED contributions per second. Without ``--lanes`` the lane bytes come from the
 byte counter (frame bytes minus 42 bytes of Ethernet/IPv4/UDP and 20 of INA header per
@@ -15,6 +18,8 @@ packet), which is exact for any mix of packet sizes; ``--lanes N`` uses packets 
 from __future__ import annotations
 
 import argparse
+import math
+import shutil
 import sys
 import time
 
@@ -84,6 +89,26 @@ def format_snapshot(
     return "\n".join(lines)
 
 
+class Redraw:
+    """Show one block of text after another on ``stream``: in place on a terminal (the
+    cursor goes back up over the last block, which is erased), else one after the other."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.in_place = stream.isatty()
+        self._lines = 0  # lines of the block on screen
+
+    def show(self, text: str) -> None:
+        if self.in_place and self._lines:
+            self.stream.write(f"\x1b[{self._lines}F\x1b[J")  # up to the block's start, erase
+        self.stream.write(text + "\n")
+        if not self.in_place:
+            self.stream.write("\n")  # a blank line between tables, as before
+        self.stream.flush()
+        width = shutil.get_terminal_size().columns  # a line wider than it takes more rows
+        self._lines = sum(max(1, math.ceil(len(line) / width)) for line in text.split("\n"))
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``ina counters`` (the `ina` command calls this on its subparser)."""
     ap.add_argument(
@@ -107,9 +132,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--iterations",
         type=int,
-        default=0,
         metavar="N",
-        help="with --watch: stop after N refreshes (default: run until ^C)",
+        help="with --watch: stop after N >= 1 refreshes (default: run until ^C)",
     )
     ap.add_argument(
         "--lanes",
@@ -144,6 +168,10 @@ def main(args: argparse.Namespace | list[str] | None = None) -> int:
     if args.watch is not None and args.watch <= 0:
         print("ina counters: --watch needs a positive number of seconds", file=sys.stderr)
         return 2
+    if args.iterations is not None and args.iterations < 1:
+        print(f"ina counters: --iterations must be >= 1, got {args.iterations} (leave it out "
+              "to refresh until ^C)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         check_address(args.target)
     except ValueError as e:
@@ -161,13 +189,12 @@ def main(args: argparse.Namespace | list[str] | None = None) -> int:
             print(header)
             print(format_snapshot(prev, lanes=args.lanes, workers=args.workers))
             return 0
-        n = 0
+        screen, n = Redraw(sys.stdout), 0
         while True:
             time.sleep(args.watch)
             cur = read_counters(conn, workers=args.workers)
-            print(f"{header}, last {cur.time - prev.time:.2f} s")
-            print(format_snapshot(cur, rates(prev, cur, args.lanes), args.lanes, args.workers))
-            print(flush=True)
+            table = format_snapshot(cur, rates(prev, cur, args.lanes), args.lanes, args.workers)
+            screen.show(f"{header}, last {cur.time - prev.time:.2f} s\n{table}")
             prev = cur
             n += 1
             if args.iterations and n >= args.iterations:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from ina.errors import HelpFormatter
+
 EXPERIMENTS = {
     "dc2": ("ina.experiments.dc2", "DC2 vs no compression vs fixed levels, time to accuracy"),
     "dc2-bound": (
@@ -21,7 +23,9 @@ EXPERIMENTS = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     for name, (module, help_text) in EXPERIMENTS.items():
-        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
         importlib.import_module(module).add_arguments(sp)
 
 

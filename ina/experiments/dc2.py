@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ina import progress
 from ina.experiments.dc2_common import DC2_TUNED, Config, output_to, parse_configs
 
 # The two presets. Every value can be overridden on the command line.
@@ -108,10 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, help="runs of each configuration (spread)")
     p.add_argument(
         "--link-rate",
-        type=float,
-        default=100.0,
-        metavar="MBIT",
-        help="rate of each worker's emulated up and down link (default 100 Mbit/s)",
+        type=mbit_per_s,
+        default="100M",
+        metavar="RATE",
+        help="rate of each worker's emulated up and down link, with its unit (default: 100M)",
     )
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     p.add_argument(
@@ -165,6 +166,16 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def mbit_per_s(text: str) -> float:
+    """``--link-rate`` with its unit (``100M``, ``1G``), in Mbit/s (argparse's type)."""
+    from ina import units
+
+    try:
+        return units.rate(text, "--link-rate") / 1e6
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def run_dir(out: Path, profile: str, cfg: Config, repeat: int) -> Path:
     name = cfg.slug + (f"-r{repeat}" if repeat else "")
     return out / profile.replace(":", "_").replace("/", "_") / name
@@ -174,7 +185,7 @@ def train_argv(args: argparse.Namespace, profile: str, cfg: Config, where: Path)
     argv = [
         "--workers", str(args.workers), "--model", args.model, "--epochs", str(args.epochs),
         "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--seed", str(args.seed),
-        "--delay", profile, "--link-rate", repr(args.link_rate), "--lanes", str(args.lanes),
+        "--delay", profile, "--link-rate", f"{args.link_rate:g}M", "--lanes", str(args.lanes),
         "--pool", str(args.pool), "--coding", args.coding, "--timeout", repr(args.timeout),
         "--step-log", "--eval-every", str(args.eval_every), "--no-progress",
         "--out", str(where), *cfg.train_args(),
@@ -586,6 +597,12 @@ def plot(runs: list[RunData], args: argparse.Namespace, out: Path) -> list[Path]
 # ---- main -----------------------------------------------------------------------------------
 
 
+def _say(bar, line: str) -> None:
+    """A line on stdout, above the progress bar (which tqdm clears and draws again)."""
+    bar.write(line, file=sys.stdout)
+    sys.stdout.flush()
+
+
 def main(args: argparse.Namespace) -> int:
     if args.sim:
         from ina.experiments import dc2_sim
@@ -614,23 +631,22 @@ def main(args: argparse.Namespace) -> int:
             f"into {out}",
             flush=True,
         )
-        for i, (rep, prof, cfg) in enumerate(plan, 1):
-            where = run_dir(out, prof, cfg, rep)
-            t = time.monotonic()
-            rc = train_once(train_argv(args, prof, cfg, where), where)
-            line = f"[{i}/{len(plan)}] {prof:<5} {cfg.label:<12}"
-            if rc != 0:
-                failed.append(where)
-                print(f"{line} FAILED (rc {rc}): see {where / 'train.log'}", flush=True)
-                continue
-            r = RunData.load(where, prof, cfg, rep)
-            tt, _ = r.time_to(args.target_acc)
-            print(
-                f"{line} {len(r.steps)} steps in {r.total_time:6.1f} s, time to target "
-                f"{_fmt_s(tt):>11}, final accuracy {100 * r.final_acc:.2f} % "
-                f"({time.monotonic() - t:.0f} s with start-up)",
-                flush=True,
-            )
+        with progress.bar(len(plan), "dc2 runs") as bar:
+            for i, (rep, prof, cfg) in enumerate(plan, 1):
+                where = run_dir(out, prof, cfg, rep)
+                t = time.monotonic()
+                rc = train_once(train_argv(args, prof, cfg, where), where)
+                bar.update(1)
+                line = f"[{i}/{len(plan)}] {prof:<5} {cfg.label:<12}"
+                if rc != 0:
+                    failed.append(where)
+                    _say(bar, f"{line} FAILED (rc {rc}): see {where / 'train.log'}")
+                    continue
+                r = RunData.load(where, prof, cfg, rep)
+                tt, _ = r.time_to(args.target_acc)
+                _say(bar, f"{line} {len(r.steps)} steps in {r.total_time:6.1f} s, time to "
+                     f"target {_fmt_s(tt):>11}, final accuracy {100 * r.final_acc:.2f} % "
+                     f"({time.monotonic() - t:.0f} s with start-up)")  # fmt: skip
     runs = []
     for rep, prof, cfg in plan:
         where = run_dir(out, prof, cfg, rep)

@@ -44,6 +44,7 @@ from ina.experiments.dc2 import (
     GOAL_VS_DENSE,
     GOAL_VS_FIXED,
     RunData,
+    mbit_per_s,
     run_dir,
     train_argv,
     train_once,
@@ -126,7 +127,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-acc", type=float, default=0.90)
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--timing-steps", type=int, default=10, help="steps of each congested run")
-    p.add_argument("--link-rate", type=float, default=100.0, metavar="MBIT")
+    p.add_argument("--link-rate", type=mbit_per_s, default="100M", metavar="RATE")
     p.add_argument("--lanes", type=int, default=256)
     p.add_argument("--pool", type=int, default=32)
     p.add_argument("--coding", default="support", choices=["support", "sketch"])

@@ -52,6 +52,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ina import progress
 from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 
 # The two network settings of the experiment, in SI units (not a scenario file: explicit).
@@ -209,7 +210,7 @@ def measure_methods(methods: list[str], n: int, workers: int, repeats: int) -> d
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(n).astype(np.float32) * 1e-2 for _ in range(workers)]
     out = {}
-    for m in methods:
+    for m in progress.track(methods, "codec timings", unit="method"):
         name, args = parse_row(m)
         out[m] = measure_stats(name, args, xs, 256, repeats)
     return out
@@ -410,10 +411,12 @@ def main(args: argparse.Namespace) -> int:
         todo = [r for r in batch if _key(r) not in done]
         print(
             f"{len(todo)} training runs, {args.parallel} at a time"
-            + (f" ({len(batch) - len(todo)} reused)" if len(todo) < len(batch) else ""),
+            + (f" ({len(batch) - len(todo)} reused)" if len(todo) < len(batch) else "")
+            + f", into {out}/",
             flush=True,
         )
-        made = iter(run_sweep(train_one, todo, parallel=args.parallel, cluster=args.cluster))
+        made = iter(run_sweep(train_one, todo, parallel=args.parallel, cluster=args.cluster,
+                              desc="grace runs"))  # fmt: skip
         return [done[_key(r)] if _key(r) in done else next(made) for r in batch]
 
     networks = list(dict.fromkeys(r.network for r in runs))
@@ -447,6 +450,8 @@ def main(args: argparse.Namespace) -> int:
     (out / "summary.md").write_text(text)
     (out / "stats.json").write_text(json.dumps(stats, indent=1))
     print(text)
+    print(f"written: {out}/ (results.csv, summary.md, stats.json; each run's files under "
+          "WORKLOAD/NETWORK/METHOD/)")  # fmt: skip
     return 0
 
 

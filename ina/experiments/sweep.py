@@ -12,6 +12,9 @@ checks the cluster against the serial loop); only the wall time differs.
 
 ``fn`` must be importable by name (a module-level function): processes and cluster workers
 receive it by reference, not by value.
+
+With ``desc``, a progress bar (`ina.progress`: runs done out of runs planned, and the time
+left) advances as each run finishes, in whatever order they finish.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import argparse
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
+
+from ina import progress
+from ina.errors import UsageError
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -46,21 +52,37 @@ def run_sweep(
     configs: Sequence[C],
     parallel: int = 1,
     cluster: str | None = None,
+    desc: str = "runs",
 ) -> list[R]:
     """``[fn(c) for c in configs]``, run serially, on ``parallel`` local processes, or on
-    the Dask cluster at ``cluster``; the first failure is raised."""
+    the Dask cluster at ``cluster``; the first failure is raised. ``desc`` labels the
+    progress bar."""
     configs = list(configs)
     if cluster:
         from distributed import Client
+        from distributed import as_completed as dask_completed
 
-        with Client(cluster, timeout="30s") as client:
+        try:
+            client = Client(cluster, timeout="20s")
+        except OSError as e:
+            raise UsageError(f"--cluster {cluster}: no Dask scheduler answers ({e})") from None
+        with client, progress.bar(len(configs), desc) as bar:
             futures = client.map(fn, configs, pure=False)
+            for _ in dask_completed(futures):
+                bar.update(1)
             return client.gather(futures)
     if parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
     if parallel == 1 or len(configs) <= 1:
-        return [fn(c) for c in configs]
-    with ProcessPoolExecutor(
-        max_workers=min(parallel, len(configs)), mp_context=mp.get_context("spawn")
-    ) as pool:
-        return list(pool.map(fn, configs))
+        return [fn(c) for c in progress.track(configs, desc)]
+    with (
+        ProcessPoolExecutor(
+            max_workers=min(parallel, len(configs)), mp_context=mp.get_context("spawn")
+        ) as pool,
+        progress.bar(len(configs), desc) as bar,
+    ):
+        futures = [pool.submit(fn, c) for c in configs]
+        for f in as_completed(futures):
+            f.result()  # the first failure, as it happens
+            bar.update(1)
+        return [f.result() for f in futures]

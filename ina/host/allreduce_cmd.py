@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from ina.errors import UsageError, run_command
+from ina.errors import HelpFormatter, UsageError, run_command, whole_number
 from ina.host.transport import WorkerConfig
+from ina.procs import parent_handles_ctrl_c
 from ina.protocol import MAX_LANES, MAX_WORKERS
 from ina.switch_model.run import MAX_POOL
 from ina.switch_model.tables import JobSpec, load_jobs
@@ -121,8 +122,9 @@ def run_workers(
         ctx.Process(target=_worker_main, args=(c, size, iters, seed, q, r))
         for c, r in zip(cfgs, ranks, strict=True)
     ]
-    for p in procs:
-        p.start()
+    with parent_handles_ctrl_c():
+        for p in procs:
+            p.start()
     reports = []
     deadline = time.monotonic() + timeout
     try:
@@ -136,6 +138,10 @@ def run_workers(
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
                     raise RuntimeError(f"worker process died (exit {dead[0].exitcode})") from None
+    except BaseException:  # Ctrl-C or a failure: the workers' reports no longer matter
+        for p in procs:
+            p.terminate()
+        raise
     finally:
         for p in procs:
             p.join(timeout=5)
@@ -160,7 +166,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"worker processes (local switch; default {DEFAULT_WORKERS}); with --switch, the "
         "jobs file's count",
     )
-    p.add_argument("--size", type=int, default=1_000_000, help="float32 values per tensor")
+    p.add_argument("--size", type=whole_number, default=1_000_000, help="float32 values per tensor")
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     p.add_argument("--pool", type=int, default=128, help="slots in the job's pool (window)")
@@ -294,6 +300,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="ina allreduce")
+    parser = argparse.ArgumentParser(prog="ina allreduce", formatter_class=HelpFormatter)
     add_arguments(parser)
     sys.exit(run_command("ina allreduce", main, parser.parse_args()))

@@ -94,6 +94,7 @@ class LocalSwitch:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # Ctrl-C goes to our process, which stops this one
         )
         self._lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)

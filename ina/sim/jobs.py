@@ -21,6 +21,7 @@ import numpy as np
 from ina.sim.backends import build
 from ina.sim.network import NetworkSpec, OrderedLink, workers_for
 from ina.sim.options import describe
+from ina.units import plural
 
 
 def run_together(spec: NetworkSpec, size: int, iters: int, seed: int = 0) -> dict:
@@ -118,7 +119,7 @@ def print_result(r: dict) -> None:
     )
     print(
         f"{r['jobs_count']} jobs on one switch ({r['switch_slots']} slots; workers {hosts}), "
-        f"{r['size']} float32 values per worker, {r['iters']} calls each"
+        f"{r['size']:,} float32 values per worker, {plural(r['iters'], 'call')} each"
     )
     print(
         "| job | alone ms | together ms | slowdown | retransmissions | exact "

@@ -46,6 +46,7 @@ from ina.sim.backends import build
 from ina.sim.network import NetworkSpec, SimTransport
 from ina.sim.nodes import Compute
 from ina.sim.options import describe
+from ina.units import format_seconds, plural
 from ina.workload.buckets import SimBucket, buckets_of
 from ina.workload.compute import CodecModel, ComputeModel, calibrate_step, step_flops
 from ina.workload.data import shard
@@ -54,6 +55,7 @@ from ina.workload.rank import METRICS as RANK_METRICS
 from ina.workload.rank import STEP_LOG as RANK_STEP_LOG
 from ina.workload.rank import ina_worker, param_digest, with_metric
 from ina.workload.tasks import build_rank, evaluate, loss_fn, resolve
+from ina.workload.traffic import Densities, compression_of, summary_lines
 
 # `ina train`'s columns (epoch_s, step_ms, comm_ms, time_s, step_s, comm_s simulated here),
 # plus the simulated clock and the wall time
@@ -94,6 +96,7 @@ class SimTraining:
         self.config, self.spec, self.compute, self.codec, self.out = (
             config, spec, compute, codec, out,
         )  # fmt: skip
+        self.densities = Densities()
         seed = config["seed"]
         torch.set_num_threads(config.get("threads", 1))
         torch.manual_seed(seed)
@@ -279,6 +282,7 @@ class SimTraining:
             self._epoch_steps.append(step_s)
             self._epoch_comm += comm_s
             self._log_step(step, step_s, comm_s, density)
+            self.densities.add(density)
             if step in self._epoch_ends:
                 self._end_epoch(self._epoch_ends.pop(step))
 
@@ -386,6 +390,13 @@ class SimTraining:
             "time_to_target_s": self.target_time,
             "step_ms_mean": 1e3 * net.now / max(int(steps[0]), 1),
             "gradient_bytes_per_step": 4 * num_parameters(self.model),
+            "compression_summary": compression_of(
+                c,
+                self.densities,
+                stats[0].bytes_sent,
+                int(steps[0]),
+                4 * num_parameters(self.model),
+            ),
             "buckets": [b.numel for b in self.buckets],
             "mergecomp": None
             if self.plan is None
@@ -424,17 +435,25 @@ class SimTraining:
 def print_summary(r: dict) -> None:
     print("\nsummary (simulated)")
     print(f"  {'network':<28} {r['network']}")
-    print(f"  {'compute, codec':<28} {r['compute']}, {r['codec']}")
+    measured = [k for k in ("compute", "codec") if str(r[k]).startswith("measured")]
+    print(
+        f"  {'compute, codec':<28} {r['compute']}, {r['codec']}"
+        + (f" ({' and '.join(measured)} measured on this host: times differ run to run)"
+           if measured else "")
+    )  # fmt: skip
+    for line in summary_lines(r.get("compression_summary")):
+        print(line)
     if r["diverged_at_step"] is not None:
         print(f"  {'diverged':<28} at step {r['diverged_at_step']}: the run stopped there")
     if r["final_metric"] is not None:
-        print(f"  {'final ' + r['metric']:<28} {r['final_metric']:.4f} on the test set")
+        metric = resolve(r["dataset"], r["model"]).metric
+        print(f"  {metric.name:<28} {metric.format(r['final_metric'])} on the test set")
     print(
-        f"  {'simulated time':<28} {r['sim_seconds']:.4f} s for {r['steps']} steps "
-        f"({r['step_ms_mean']:.3f} ms per step)"
+        f"  {'simulated time':<28} {format_seconds(r['sim_seconds'])} for "
+        f"{plural(r['steps'], 'step')} ({format_seconds(r['step_ms_mean'] / 1e3)} per step)"
     )
     if r["time_to_target_s"] is not None:
-        print(f"  {'time to target':<28} {r['time_to_target_s']:.4f} s simulated")
+        print(f"  {'time to target':<28} {format_seconds(r['time_to_target_s'])} simulated")
     print(
         f"  {'bytes sent per worker':<28} "
         + ", ".join(f"{b:,}" for b in r["bytes_sent_per_worker"])
@@ -466,7 +485,8 @@ def main(args: argparse.Namespace, config: dict, spec: NetworkSpec, compute, cod
         print_plan(sim.plan, f"{len(sim.plan.groups)} groups, searched in simulation")
     r = sim.run()
     print_summary(r)
-    print(f"\nwrote {out}/metrics.csv, result.json")
+    (out / "summary.json").write_text(json.dumps(r, indent=1) + "\n")
+    print(f"\nwrote {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
     if r["diverged_at_step"] is not None:
         print(
             f"ina train: training diverged at step {r['diverged_at_step']} (a smaller --lr may help)",

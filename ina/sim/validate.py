@@ -23,7 +23,10 @@ also reads how busy the host's CPUs were while the timed calls or steps ran (`/p
 sampled every 20 ms; start-up and imports do not count); above ``--busy-limit``
 the emulator's processes wait for a CPU (a worker that should release a packet every 170 us
 was seen to stall for 3-5 ms), the row measures the host, and it is marked and left out of
-the largest difference.
+the largest difference. Before the first row it samples the host for a second
+(`background_load`): where others already use half the limit, the rows themselves (12-57 %
+of a quiet 2-core host, docs/simulation.md) push it over, so it warns in one line that the
+result may be empty (``--stop-if-busy``: stop there instead).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import bisect
 import csv
 import math
 import multiprocessing as mp
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ina import units
+from ina import progress, units
 from ina.protocol import MAX_LANES
 
 SIZE = 250_000
@@ -104,6 +108,38 @@ class HostBusy:
         if b <= a or s[b][2] <= s[a][2]:
             return math.nan
         return (s[b][1] - s[a][1]) / (s[b][2] - s[a][2])
+
+
+def background_load(seconds: float = 1.0) -> tuple[float, float]:
+    """(the share of the host's CPU time in use over ``seconds`` before any run of ours, as
+    `HostBusy` measures the rows; the 1-minute load average per CPU), nan where unknown."""
+    with HostBusy() as busy:
+        time.sleep(seconds)
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = math.nan
+    return busy.share(), load
+
+
+def busy_warning(share: float, load: float, busy_limit: float) -> str | None:
+    """The one-line warning where the host is already busy (``share`` or ``load`` per CPU
+    at or above half of ``busy_limit``), else None."""
+    cpus = os.cpu_count() or 1
+    worst = max((x for x in (share, load) if not math.isnan(x)), default=math.nan)
+    if not worst >= busy_limit / 2:
+        return None
+    return (
+        f"ina sim validate: warning: the host is already busy before any run ({_pct(share)} "
+        f"of its CPU time in the last second, load average {load * cpus:.1f} on {cpus} "
+        f"CPUs); a row over --busy-limit {100 * busy_limit:g} % is left out, "
+        "so the result may be empty (no row counted): run it on a quiet machine "
+        "(--stop-if-busy to stop here)"
+    )
+
+
+def _pct(x: float) -> str:
+    return "?" if math.isnan(x) else f"{100 * x:.0f} %"
 
 
 def _emulated_worker(cfg, profile: str, rate_bps: float, size: int, iters: int, q) -> None:
@@ -222,7 +258,7 @@ def _train(
     model: str = "mid_mlp",
 ) -> tuple[float, tuple[float, float]]:
     cmd = [sys.executable, "-m", "ina", "train", "--workers", str(workers), "--max-steps"]
-    cmd += [str(steps), "--link-rate", f"{rate_mbit:g}", "--delay", profile, "--step-log"]
+    cmd += [str(steps), "--link-rate", f"{rate_mbit:g}M", "--delay", profile, "--step-log"]
     cmd += ["--no-progress", "--pool", str(POOL), "--lanes", str(lanes), "--out", str(out)]
     cmd += ["--dataset", "digits", "--model", model]
     if sim:
@@ -242,7 +278,9 @@ def _train(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default="2,4", help="worker counts, comma list")
-    p.add_argument("--rates", default="10,25,50", help="link rates in Mbit/s, comma list")
+    p.add_argument(
+        "--rates", default="10M,25M,50M", help="link rates with their unit, comma list"
+    )
     p.add_argument("--profiles", default="none,low", help="delay profiles, comma list")
     p.add_argument("--size", type=int, default=SIZE, help="float32 values per allreduce")
     p.add_argument(
@@ -274,34 +312,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=BUSY_LIMIT,
         help="host CPU share above which a measurement is host-bound (left out)",
     )
+    p.add_argument(
+        "--stop-if-busy",
+        action="store_true",
+        help="stop (exit 1) instead of warning when the host is already busy before the runs",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         workers = [int(x) for x in args.workers.split(",")]
-        rates = [float(x) for x in args.rates.split(",")]
+        rates = [units.rate(x, "--rates") / 1e6 for x in args.rates.split(",")]  # Mbit/s
         profiles = args.profiles.split(",")
         what = set(args.what.split(","))
         if not what <= {"allreduce", "train"} or min(workers) < 1 or min(rates) <= 0:
             raise ValueError
-    except ValueError:
-        print("ina sim validate: bad --workers/--rates/--profiles/--what lists", file=sys.stderr)
+    except ValueError as e:
+        why = str(e) if "--rates" in str(e) else "bad --workers/--rates/--profiles/--what lists"
+        print(f"ina sim validate: {why}", file=sys.stderr)
         return 2
     if not 1 <= args.lanes <= MAX_LANES or not 0 < args.busy_limit <= 1:
         print(f"ina sim validate: need 1 <= --lanes <= {MAX_LANES}, 0 < --busy-limit <= 1",
               file=sys.stderr)  # fmt: skip
         return 2
     lanes = args.lanes
-    if args.switch_latency == "measured":
-        latency = host_round_trip(lanes)
-        how = "measured: this host's idle round trip worker-switch-worker"
-    else:
+    latency, how = 0.0, "measured: this host's idle round trip worker-switch-worker"
+    if args.switch_latency != "measured":
         try:
             latency = units.seconds(args.switch_latency, "switch latency")
         except ValueError as e:
             print(f"ina sim validate: {e}", file=sys.stderr)
             return 2
         how = "given"
+    warning = busy_warning(*background_load(), args.busy_limit)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+        if args.stop_if_busy:
+            return 1
+    if args.switch_latency == "measured":
+        latency = host_round_trip(lanes)
     print(f"{lanes} lanes per packet; host busy: share of the host's CPU time in use while "
           f"measuring (above {100 * args.busy_limit:g} %: host-bound, left out)")  # fmt: skip
     print(f"simulated switch latency {1e6 * latency:.0f} us ({how})")
@@ -309,46 +358,41 @@ def main(args: argparse.Namespace) -> int:
           "| host busy |")  # fmt: skip
     print("|---|---:|---:|---|---:|---:|---:|---:|")
     worst, counted, bound = 0.0, 0, 0
-    with tempfile.TemporaryDirectory(prefix="ina-validate-") as tmp:
-        for kind in ("allreduce", "train"):
-            if kind not in what:
-                continue
-            for n in workers:
-                for rate in rates:
-                    for profile in profiles:
-                        if kind == "allreduce":
-                            sizes = (n, rate * 1e6, profile, args.size, args.iters, lanes)
-                            with HostBusy() as busy:
-                                m, window = measure_allreduce(*sizes)
-                            s = simulate_allreduce(*sizes, latency_s=latency)
-                            label = f"allreduce {args.size * 4 / 1e6:g} MB"
-                        else:
-                            d = Path(tmp) / f"{n}-{rate}-{profile}"
-                            with HostBusy() as busy:
-                                m, window = _train(
-                                    False, n, rate, profile, args.steps, d / "wall", lanes,
-                                    model=args.model,
-                                )  # fmt: skip
-                            s, _ = _train(
-                                True, n, rate, profile, args.steps, d / "sim", lanes, latency,
-                                args.model,
-                            )  # fmt: skip
-                            label = f"train step (digits {args.model})"
-                        diff = (s - m) / m
-                        share = busy.share(*window)
-                        host_bound = share > args.busy_limit
-                        if host_bound:
-                            bound += 1
-                        else:
-                            counted += 1
-                            worst = max(worst, abs(diff))
-                        mark = " (host-bound)" if host_bound else ""
-                        print(
-                            f"| {label} | {n} | {rate:g} Mbit/s | {profile} | {1e3 * m:.1f} | "
-                            f"{1e3 * s:.1f} | {100 * diff:+.1f} %{mark} | "
-                            f"{100 * share:.0f} % |",
-                            flush=True,
-                        )
+    rows = [(kind, n, rate, profile) for kind in ("allreduce", "train") if kind in what
+            for n in workers for rate in rates for profile in profiles]  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="ina-validate-") as tmp,
+        progress.bar(len(rows), "validate rows", unit="row") as bar,
+    ):
+        for kind, n, rate, profile in rows:
+            if kind == "allreduce":
+                sizes = (n, rate * 1e6, profile, args.size, args.iters, lanes)
+                with HostBusy() as busy:
+                    m, window = measure_allreduce(*sizes)
+                s = simulate_allreduce(*sizes, latency_s=latency)
+                label = f"allreduce {args.size * 4 / 1e6:g} MB"
+            else:
+                d = Path(tmp) / f"{n}-{rate}-{profile}"
+                with HostBusy() as busy:
+                    m, window = _train(False, n, rate, profile, args.steps, d / "wall", lanes,
+                                       model=args.model)  # fmt: skip
+                s, _ = _train(True, n, rate, profile, args.steps, d / "sim", lanes, latency,
+                              args.model)  # fmt: skip
+                label = f"train step (digits {args.model})"
+            diff = (s - m) / m
+            share = busy.share(*window)
+            host_bound = share > args.busy_limit
+            if host_bound:
+                bound += 1
+            else:
+                counted += 1
+                worst = max(worst, abs(diff))
+            mark = " (host-bound)" if host_bound else ""
+            bar.update(1)
+            bar.write(f"| {label} | {n} | {rate:g} Mbit/s | {profile} | {1e3 * m:.1f} | "
+                      f"{1e3 * s:.1f} | {100 * diff:+.1f} %{mark} | {100 * share:.0f} % |",
+                      file=sys.stdout)  # fmt: skip
+            sys.stdout.flush()
     if counted:
         print(f"\nlargest difference: {100 * worst:.1f} % over {counted} rows", end="")
     else:

@@ -471,7 +471,7 @@ def main(args: argparse.Namespace) -> int:
     where = ",".join(f"{n}@{i}" for n, i in sorted(ports.items()))
     forward = {int_to_mac(m): p for m, p in sorted(frames.forward.items())}
     print(
-        f"{READY}: ports {where}, P4Runtime on {args.grpc or 'off'}, lanes {args.lanes}, "
+        f"{READY}: ports {where}, {f'P4Runtime on {args.grpc}' if args.grpc else 'P4Runtime off'}, lanes {args.lanes}, "
         f"pool {args.pool}, jobs {sorted(pipeline.tables.jobs)}, forward {forward}",
         flush=True,
     )

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from ina.errors import UsageError, run_command
+from ina.errors import HelpFormatter, UsageError, run_command
 from ina.p4.entities import POOL_SLOTS
 from ina.protocol import MAX_LANES, P4_LANES, UDP_PORT
 from ina.switch_model.impair import Impairment
@@ -158,8 +158,9 @@ def _print_ready(args, address: tuple[str, int], grpc_where: str, pipeline: Pipe
     host, port = address
     shards = f", shards {args.shards}" if args.shards > 1 else ""
     print(
-        f"{READY}: INA on udp {host}:{port}, P4Runtime on {grpc_where}, "
-        f"lanes {args.lanes}, pool {args.pool}, jobs {sorted(pipeline.tables.jobs)}{shards}",
+        f"{READY}: INA on udp {host}:{port}, "
+        + (f"P4Runtime on {grpc_where}, " if grpc_where != "off" else "P4Runtime off, ")
+        + f"lanes {args.lanes}, pool {args.pool}, jobs {sorted(pipeline.tables.jobs)}{shards}",
         flush=True,
     )
 
@@ -244,6 +245,6 @@ def run_sharded(args: argparse.Namespace, specs: list[JobSpec], impairment: Impa
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="ina switch")
+    parser = argparse.ArgumentParser(prog="ina switch", formatter_class=HelpFormatter)
     add_arguments(parser)
     sys.exit(run_command("ina switch", main, parser.parse_args()))

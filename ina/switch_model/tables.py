@@ -8,6 +8,7 @@ from code.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -233,6 +234,14 @@ def _fields(cls, d: object, where: str, ignore: tuple[str, ...] = ()) -> dict:
     return d
 
 
+def _check_ipv4(text: str, where: str) -> None:
+    """The worker_table holds an IPv4 address (32 bits): a name or an IPv6 address is not one."""
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        raise JobsFileError(f"{where}: 'ip' {text!r} is not an IPv4 address (a.b.c.d)") from None
+
+
 def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
     """The jobs of a parsed jobs file; `JobsFileError` says what is wrong and where."""
     shape = '{"jobs": [{job_id, num_workers, pool_base, pool_size, workers: [...]}]}'
@@ -251,6 +260,7 @@ def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
         at = f"{where}: job {job['job_id']}"
         for k, w in enumerate(job["workers"]):
             _fields(WorkerAddress, w, f"{at}: workers[{k}]", ignore=("job_id",))
+            _check_ipv4(w["ip"], f"{at}: workers[{k}]")
         if job.get("parent") is not None:
             _fields(ParentEntry, job["parent"], f"{at}: parent", ignore=("job_id",))
         try:

@@ -25,11 +25,14 @@ def _death(exitcode: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     # the agent logs the first failure at ERROR before raising: the same news, a 4th time
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    # and on SIGTERM from `ina train` (Ctrl-C), "Received ... death signal, shutting down"
+    logging.getLogger("torch.distributed.elastic.agent.server.api").setLevel(logging.ERROR)
     try:
         torchrun_main(argv)
     except ChildFailedError as e:
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             if failure.exitcode != 1:
                 print(f"ina train: rank {rank} {_death(failure.exitcode)}", file=sys.stderr)
         return 1
+    except SignalException as e:  # `ina train` stopping us (Ctrl-C): it says so, in one line
+        return 128 + int(e.sigval)
     return 0
 
 

@@ -41,6 +41,7 @@ from ina.workload.rank import (
     with_metric,
 )
 from ina.workload.tasks import build_rank, evaluate, loss_fn, resolve
+from ina.workload.traffic import Densities, compression_of
 
 
 def make_ina_worker(config: dict, rank: int, world: int):
@@ -138,6 +139,7 @@ class Run:
     def __init__(self, config: dict, rank: int, world: int) -> None:
         self.config, self.rank, self.world = config, rank, world
         self.lead = rank == 0
+        self.densities = Densities()
         self.out = Path(config["out"])
         self.worker = self.state = None
         torch.set_num_threads(config.get("threads", 1))
@@ -283,6 +285,7 @@ class Run:
         dump = self.step + 1 == c.get("dump_step")
         pre = snapshot(self.model, (x, y)) if dump else None
         density = self.worker.density() if self.state and self.state.compressing() else 1.0
+        self.densities.add(density)
         comm0 = self.state.seconds if self.state else 0.0
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
@@ -442,6 +445,13 @@ class Run:
                 "step_ms_mean": mine["step_ms_mean"],
                 "step_ms_median": mine["step_ms_median"],
                 "gradient_bytes_per_step": 4 * num_parameters(self.model),
+                "compression_summary": compression_of(
+                    c,
+                    self.densities,
+                    self.worker.stats.bytes_sent if self.worker else 0,
+                    self.step,
+                    4 * num_parameters(self.model),
+                ),
                 "ranks": everyone,
                 "replicas_identical": len({r["final_digest"] for r in everyone}) == 1,
                 "mergecomp": {

@@ -15,10 +15,19 @@ Two costs, each a small model with its parameters in its name:
 **Codec** (quantizing, sparsifying, sketching, peeling: the worker's own code between two
 switch rounds), `--codec`:
 
-- ``measured[:SCALE]``: the wall time that code took on this host, times SCALE (default);
+- ``device:DEVICE[:PASSES]`` (default ``device:a100``): a memory-bound codec on that GPU,
+  PASSES (default 4: read the gradient, write the code; read the sum, write the gradient)
+  trips of the float32 gradient through the device's memory at its data-sheet bandwidth
+  (`ina.workload.devices`). A floor: methods that sort or select (top-k, DGC) or factor
+  (PowerSGD) cost more; give their measured throughput instead;
+- ``measured[:SCALE]``: the wall time that code took on this host, times SCALE. Host
+  dependent: two runs differ, and the run's summary says so;
 - ``none``: free;
 - ``RATE`` (``30GB/s``): bytes of float32 gradient per second, encode and decode together,
   charged once per allreduce call (e.g. a GPU codec's measured throughput).
+
+The defaults (``--compute flops:a100``, ``--codec device:a100``) are models, so that a run
+gives the same simulated times on every host; ``measured`` is there to ask for this host.
 """
 
 from __future__ import annotations
@@ -35,6 +44,10 @@ from ina.workload.devices import DEVICES as PROFILES
 # Peak dense FP32 (no tensor cores), FLOP/s: the device profiles' data-sheet figures
 # (`ina.workload.devices`), and a many-core server CPU with AVX-512, roughly.
 DEVICES = {name: d.peak("fp32") for name, d in PROFILES.items()} | {"cpu": 1e12}
+
+DEFAULT_COMPUTE = "flops:a100"
+DEFAULT_CODEC = "device:a100"
+CODEC_PASSES = 4  # memory trips of the gradient per allreduce call (see the docstring)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,10 @@ class ComputeModel:
     @property
     def needs_flops(self) -> bool:
         return self.kind == "flops"
+
+    @property
+    def host_dependent(self) -> bool:
+        return self.kind == "measured"
 
 
 def parse_compute(text: str) -> ComputeModel:
@@ -96,16 +113,34 @@ class CodecModel:
         scale = 0.0 if self.bytes_per_second else self.scale
         return lambda wall: wall * scale
 
+    @property
+    def host_dependent(self) -> bool:
+        return not self.bytes_per_second and self.scale > 0
+
     def per_call(self, values: int) -> float:
         """Extra seconds charged per allreduce of ``values`` float32 (throughput model)."""
         return 4 * values / self.bytes_per_second if self.bytes_per_second else 0.0
 
 
 def parse_codec(text: str) -> CodecModel:
-    """``measured[:SCALE]``, ``none`` or a throughput such as ``30GB/s``."""
+    """``device:DEVICE[:PASSES]``, ``measured[:SCALE]``, ``none`` or a throughput such as
+    ``30GB/s``."""
     name, _, rest = text.partition(":")
     if name == "none":
         return CodecModel(scale=0.0)
+    if name == "device":
+        device, _, passes = rest.partition(":")
+        if device not in PROFILES:
+            raise ValueError(
+                f"--codec {text!r}: unknown device {device!r}; known: {sorted(PROFILES)}"
+            )
+        try:
+            n = float(passes) if passes else CODEC_PASSES
+            if not n > 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--codec {text!r}: the passes must be a number > 0") from None
+        return CodecModel(bytes_per_second=PROFILES[device].memory_bps / n)
     if name == "measured":
         try:
             scale = float(rest) if rest else 1.0
@@ -118,7 +153,8 @@ def parse_codec(text: str) -> CodecModel:
         rate = units.size(text.removesuffix("/s"), "codec throughput")
     except ValueError:
         raise ValueError(
-            f"--codec {text!r}: use measured[:SCALE], none or a throughput like 30GB/s"
+            f"--codec {text!r}: use device:DEVICE[:PASSES], measured[:SCALE], none or a "
+            "throughput like 30GB/s"
         ) from None
     if not rate > 0:
         raise ValueError(f"--codec {text!r}: the throughput must be > 0")

@@ -144,15 +144,20 @@ def _find(directory: Path, stem: str) -> Path:
     raise FileNotFoundError(f"{directory}: no {stem}[.gz] (MNIST IDX files expected)")
 
 
-def load_mnist(seed: int = 0, path: str | None = None) -> Dataset:
-    """MNIST from IDX files in directory ``path`` (its own 60,000/10,000 split)."""
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")  # fmt: skip
+
+
+def _mnist_files(path: str | None) -> list[Path]:
     if not path:
         raise ValueError("mnist needs --data-dir: a directory with the four IDX files")
-    d = Path(path)
-    xtr = read_idx(_find(d, "train-images-idx3-ubyte"))
-    ytr = read_idx(_find(d, "train-labels-idx1-ubyte"))
-    xte = read_idx(_find(d, "t10k-images-idx3-ubyte"))
-    yte = read_idx(_find(d, "t10k-labels-idx1-ubyte"))
+    return [_find(Path(path), stem) for stem in MNIST_FILES]
+
+
+def load_mnist(seed: int = 0, path: str | None = None) -> Dataset:
+    """MNIST from IDX files in directory ``path`` (its own 60,000/10,000 split)."""
+    d = Path(path or "")
+    xtr, ytr, xte, yte = (read_idx(f) for f in _mnist_files(path))
     if xtr.shape[0] != ytr.shape[0] or xte.shape[0] != yte.shape[0]:
         raise ValueError(f"{d}: image and label counts differ")
     return _make("mnist", xtr[:, None] / 255.0, ytr, xte[:, None] / 255.0, yte, 10)
@@ -163,8 +168,7 @@ def _unpickle(path: Path) -> dict:
         return pickle.load(f, encoding="bytes")
 
 
-def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
-    """CIFAR-10 from the python-pickle batches in directory ``path``."""
+def _cifar10_dir(path: str | None) -> Path:
     if not path:
         raise ValueError("cifar10 needs --data-dir: the directory of the python batches")
     d = Path(path)
@@ -172,6 +176,14 @@ def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
         d = d / "cifar-10-batches-py"
     if not (d / "test_batch").exists():
         raise FileNotFoundError(f"{d}: no test_batch (CIFAR-10 python batches expected)")
+    if not any(d.glob("data_batch_*")):
+        raise FileNotFoundError(f"{d}: no data_batch_* files")
+    return d
+
+
+def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
+    """CIFAR-10 from the python-pickle batches in directory ``path``."""
+    d = _cifar10_dir(path)
 
     def batch(p: Path) -> tuple[np.ndarray, np.ndarray]:
         b = _unpickle(p)
@@ -235,6 +247,17 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "pytext": load_pytext,
 }
 assert set(SHAPES) == set(DATASETS), "every data set needs its shape"
+
+
+def check_files(name: str, path: str | None) -> None:
+    """Raise (ValueError, FileNotFoundError) if data set ``name`` cannot be read from
+    ``path``, without reading it: for a launcher to refuse before any process starts."""
+    if name == "mnist":
+        _mnist_files(path)
+    elif name == "cifar10":
+        _cifar10_dir(path)
+    elif path:
+        raise ValueError(f"{name} ships with its package or is generated: it takes no --data-dir")
 
 
 def load_dataset(name: str, seed: int = 0, path: str | None = None) -> Dataset:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ina.errors import UsageError
+from ina.errors import HelpFormatter, UsageError
 
 STUDIES = {
     "lhc": "ina.experiments.reproduce.lhc",
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="study", required=True, metavar="NAME")
     argv = sys.argv[sys.argv.index("reproduce") + 1 :] if "reproduce" in sys.argv else []
     for name, module in STUDIES.items():
-        sp = sub.add_parser(name, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        sp = sub.add_parser(name, formatter_class=HelpFormatter)
         sp.add_argument("--quick", action="store_true", help="a reduced run (minutes)")
         sp.add_argument(
             "--out", help="folder for report.md and report.json (default: runs/reproduce/NAME)"

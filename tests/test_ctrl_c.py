@@ -1,0 +1,105 @@
+"""Ctrl-C in a long command: one line, exit status 130, and no process left behind.
+
+A terminal sends SIGINT to its whole foreground process group; the tests do the same to a
+command started as the leader of a group of its own, while it works, and then check that
+every process it had started (found through /proc) is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def children(pid: int) -> dict[int, int]:
+    """Parent of each process, from /proc."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            out[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    parent = children(pid)
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tuple[str, str]:
+    """Run ``ina argv``; once ``started`` is on stdout and ``want_children`` processes are
+    under it, SIGINT its process group; its stdout and stderr after it ended."""
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ina", *argv],
+            stdout=fo,
+            stderr=fe,
+            cwd=tmp_path,
+            start_new_session=True,  # a process group of its own, as a shell's job
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        deadline = time.monotonic() + 120
+        kids: set[int] = set()
+        while True:
+            assert proc.poll() is None, f"ended before the interrupt: {err.read_text()[-2000:]}"
+            kids = descendants(proc.pid)
+            if started in out.read_text() and len(kids) >= want_children:
+                break
+            assert time.monotonic() < deadline, f"never started: {out.read_text()[-2000:]}"
+            time.sleep(0.2)  # polling a process's output and children
+        time.sleep(1.0)  # let it get into the work itself
+        kids = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 20
+    while any(alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the children stop by SIGTERM, reaped by their own parents
+    left = [k for k in kids if alive(k)]
+    for k in left:  # do not leave them to the next test
+        os.kill(k, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+    assert rc == 130, err.read_text()[-3000:]
+    return out.read_text(), err.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, started, want_children",
+    [
+        (["allreduce", "--workers", "2", "--size", "2e6", "--iters", "500"], "starting", 3),
+        (["sim", "allreduce", "--workers", "8", "--size", "4e6", "--iters", "50"], "", 0),
+        (["train", "--workers", "2", "--epochs", "200", "--no-progress"], "switch model", 3),
+        (["train", "--sim", "--workers", "4", "--epochs", "200", "--no-progress"], "training", 0),
+    ],
+    ids=["allreduce", "sim-allreduce", "train", "train-sim"],
+)
+def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path, argv, started, want_children):
+    command = "ina " + " ".join(argv[:2] if argv[0] == "sim" else argv[:1])
+    _, err = interrupt(tmp_path, argv, started, want_children)
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == f"{command}: interrupted", err[-3000:]
