@@ -40,9 +40,9 @@ from scapy.layers.l2 import Ether
 from ina.bench.bmv2 import bmv2_missing
 from ina.control import jobs
 from ina.control.jobs import install_job, remove_job
-from ina.control.p4rt import INSERT, MODIFY, P4RuntimeError, UpdateError
+from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, UpdateError
 from ina.p4.entities import MAX_MCAST_GROUP, REGISTERS
-from ina.protocol import NUM_COUNTERS
+from ina.protocol import NUM_COUNTERS, Flag, Op
 from ina.switch_model.tables import JobSpec, WorkerAddress
 
 SEED = int(os.environ.get("INA_TRACE_SEED", "0"))  # another seed explores other traces
@@ -355,3 +355,54 @@ def test_pool_reset_without_register_writes_probes_once(monkeypatch, caplog):
     assert cells[2 * 1024 : 2 * 1024 + 5] == [f"register_write {name} {i} 0" for name in runs]
     assert cells[2 * 1024 + 5 :] == [f"register_write join_nonce {i * 32 + w} 0" for w in range(32)]
     assert len(conn.updates) == 3  # one probe per call
+
+
+# -- a leaf's up_nonce when its parent entry goes and comes back mid-run -----------------------
+
+
+def parent_entry_back_mid_run(target: Target) -> tuple[Replay, int]:
+    """Job 6 (a leaf): a run joined through the parent; its parent_table entry deleted; a
+    JOIN, now a flat new run; the entry inserted again; the JOIN that completes the local
+    join. The frames out, and ``up_nonce`` of the job after it."""
+    from ina.control.jobs import _parent_entity
+
+    spec = TOPO.job(6)
+    target.reset()
+    install_topology(target.conn, TOPO)
+    conn = target.conn
+    b = TraceBuilder(TOPO, random.Random(f"{SEED}:parent-back"))
+    spine = spec.parent
+    parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
+    b.ina(6, 0, 0xA0, op=Op.JOIN, slot=0)
+    b.ina(6, 1, 0xB1, op=Op.JOIN, slot=0)  # complete: UP with 0xB1
+    b.ina(6, 0, 0xB1, op=Op.JOIN, slot=0, sender=parent, flags=Flag.RESULT, epoch=5)
+    first = target.run(b.frames)
+    conn.write([conn.update(DELETE, _parent_entity(conn, spec.parent))])
+    b.frames.clear()
+    b.ina(6, 0, 0xC2, op=Op.JOIN, slot=0)  # no parent now: a flat new run
+    second = target.run(b.frames)
+    conn.write([conn.update(INSERT, _parent_entity(conn, spec.parent))])
+    b.frames.clear()
+    b.ina(6, 1, 0xD3, op=Op.JOIN, slot=0)  # completes the local join, the parent back
+    b.ina(6, 1, 0xD3, op=Op.JOIN, slot=0, flags=Flag.RETX)  # and asks again
+    third = target.run(b.frames)
+    outputs = {p: first.get(p, []) + second.get(p, []) + third.get(p, [])
+               for p in {*first, *second, *third}}  # fmt: skip
+    nonce = conn.read_register("up_nonce", spec.job_index)
+    return Replay(outputs, target.counters()), nonce
+
+
+def test_the_leafs_up_nonce_names_its_current_run_as_the_p4_program_writes_it(model):
+    """join_run.p4 writes up_nonce whenever a JOIN completes the local join while the job
+    has a parent entry, whether or not that JOIN goes up (docs/protocol.md): the model too."""
+    replay, nonce = parent_entry_back_mid_run(model)
+    assert nonce == 0xD3
+    assert replay.counters["runs"][0] >= 2 and replay.counters["joins"][0] == 4
+
+
+@pytest.mark.network
+@pytest.mark.root
+def test_parent_entry_back_mid_run_on_veths(veth_target, model):
+    want, want_nonce = parent_entry_back_mid_run(model)
+    got, got_nonce = parent_entry_back_mid_run(veth_target)
+    assert differences(got, want, veth_target.name) == [] and got_nonce == want_nonce

@@ -435,8 +435,12 @@ class Pipeline:
                         tally[_JOINS + 1] += fl
                         if jc != nw:
                             continue  # absorbed: the worker waits for the run's last join
-                        if parent is not None and not up_joined[i]:
+                        if parent is not None:
+                            # the run's name towards the parent, whether or not it goes up
+                            # now: a later UP must carry this run's nonce, never an older
+                            # run's (docs/protocol.md, "Hierarchical aggregation")
                             up_nonce[i] = q
+                        if parent is not None and not up_joined[i]:
                             kind = 3
                         else:
                             tally[_RUNS] += 1
