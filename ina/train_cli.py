@@ -576,7 +576,7 @@ def rank_env(num_workers: int, master_port: int) -> dict[str, str]:
 
 
 # What a run of `ina train` writes into its folder: removed before the next run there.
-RUN_FILES = ("config.json", "metrics.csv", "result.json", "summary.json", "steps.csv",
+RUN_FILES = ("config.json", "metrics.csv", "result.json", "summary.json", "steps.csv", "rank*.json",
              "dc2_rank*.csv", "error_rank*.txt", "dump_rank*.pt", "torchrun")  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import subprocess
 import sys
 
@@ -159,3 +160,15 @@ def test_watch_iterations_below_one_is_a_one_line_error(n, capsys):
     assert ina_main(["counters", "--watch", "1", "--iterations", n]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--iterations must be >= 1, got {n}" in err[0], err
+
+
+@pytest.mark.parametrize("forced", ["1", None])
+def test_allreduce_draws_its_calls_on_stderr_only_when_asked(forced, monkeypatch, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "INA_PROGRESS"}
+    if forced:
+        env["INA_PROGRESS"] = forced
+    r = subprocess.run([sys.executable, "-m", "ina", "allreduce", "--workers", "2", "--size",
+                        "1000", "--iters", "3"], capture_output=True, text=True, timeout=180,
+                       env=env, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ("allreduce calls:" in r.stderr) == bool(forced), r.stderr

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from ina import progress
 from ina.errors import HelpFormatter, UsageError, run_command, whole_number
 from ina.host.transport import WorkerConfig
 from ina.procs import parent_handles_ctrl_c
@@ -37,12 +38,18 @@ def worker_tensor(seed: int, worker_id: int, size: int):
 
 
 def run_worker(
-    cfg: WorkerConfig, size: int, iters: int, seed: int, rank: int | None = None
+    cfg: WorkerConfig,
+    size: int,
+    iters: int,
+    seed: int,
+    rank: int | None = None,
+    on_call=lambda: None,
 ) -> dict:
     """Run one worker: ``iters`` allreduces, each checked exactly. Returns its statistics.
 
     ``rank``: the worker's index among all ``cfg.num_workers`` workers when that is not its
-    id on its switch (a leaf of a hierarchical job); it picks the worker's tensor."""
+    id on its switch (a leaf of a hierarchical job); it picks the worker's tensor.
+    ``on_call`` runs after each allreduce (progress)."""
     from ina.host import quantize
     from ina.host.allreduce import Worker
 
@@ -54,6 +61,7 @@ def run_worker(
             t0 = time.perf_counter()
             out = worker.allreduce(mine)
             times.append(time.perf_counter() - t0)
+            on_call()
         info = worker.last
         expected = np.zeros(size, np.int32)
         for x in xs:  # int32 wrap-around sum of every worker's encoding
@@ -77,9 +85,12 @@ def run_worker(
         }
 
 
+PROGRESS = "call done"  # a worker's message after each allreduce, for the progress bar
+
+
 def _worker_main(cfg: WorkerConfig, size: int, iters: int, seed: int, q, rank=None) -> None:
     try:
-        q.put(run_worker(cfg, size, iters, seed, rank))
+        q.put(run_worker(cfg, size, iters, seed, rank, on_call=lambda: q.put(PROGRESS)))
     except Exception as e:  # report, never hang the parent
         q.put({"worker": cfg.worker_id, "error": f"{type(e).__name__}: {e}"})
 
@@ -127,13 +138,18 @@ def run_workers(
             p.start()
     reports = []
     deadline = time.monotonic() + timeout
+    bar = progress.bar(len(procs) * iters, "allreduce calls", unit="call")
     try:
         while len(reports) < len(procs):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"workers did not finish within {timeout:.0f} s")
             try:
-                reports.append(q.get(timeout=min(left, 1.0)))
+                message = q.get(timeout=min(left, 1.0))
+                if message == PROGRESS:
+                    bar.update(1)
+                else:
+                    reports.append(message)
             except Exception:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
@@ -143,6 +159,7 @@ def run_workers(
             p.terminate()
         raise
     finally:
+        bar.close()
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
