@@ -603,9 +603,22 @@ def rank_errors(out: Path) -> list[str]:
     return [p.read_text().splitlines()[0] for p in files]
 
 
-def print_summary(result: dict, counters: dict | None, wall_s: float) -> None:
+def network_line(args: argparse.Namespace) -> str:
+    """The emulated links of a wall-clock run, in words with their units."""
+    from ina import units
+
+    rate = link_rate_bps(args.link_rate)
+    links = "unlimited" if rate is None else units.format_rate(rate)
+    return f"links {links} each way, delay profile {args.delay}"
+
+
+def print_summary(
+    result: dict, counters: dict | None, wall_s: float, network: str | None = None
+) -> None:
     metric = resolve(result["dataset"], result["model"]).metric
     print("\nsummary")
+    if network:
+        print(f"  {'network':<28} {network}")
     print(f"  {metric.name:<28} {metric.format(result['final_metric'])} on the test set")
     if result.get("target") is not None:
         step = result["target_step"]
@@ -740,7 +753,7 @@ def main(args: argparse.Namespace) -> int:
         result["switch_counters"] = counters
         result["wall_seconds"] = wall
         (out / "summary.json").write_text(json.dumps(result, indent=1))
-        print_summary(result, counters, wall)
+        print_summary(result, counters, wall, network_line(args))
         print(f"\nwrote {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         return 0
     finally:

@@ -84,3 +84,11 @@ def format_seconds(s: float) -> str:
 def plural(n: int, noun: str) -> str:
     """``1 call``, ``2 calls``, ``1,024 workers``."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def format_rate(bps: float) -> str:
+    """A rate for people: ``100 Gbit/s``, ``25 Mbit/s``, ``7 bit/s``."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g} {prefix}bit/s"
+    return f"{bps:g} bit/s"

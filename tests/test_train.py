@@ -75,6 +75,7 @@ def default_runs(tmp_path_factory):
 def test_a_run_says_where_it_wrote_and_leaves_no_temporary_files(default_runs):
     for backend, (out, _, stdout) in default_runs.items():
         assert f"wrote {out}: " in stdout and "summary.json" in stdout
+        assert "network                      links unlimited each way, delay profile none" in stdout
         # torchrun makes a torchelastic_* folder there unless told where its logs go
         assert list((out.parent / f"tmp-{backend}").iterdir()) == []
 
