@@ -249,7 +249,7 @@ def scenario_names() -> list[str]:
 _SCENARIO_SETS = {
     "link_rate": None, "delay": "none", "prop_delay": "1us", "link_loss": 0.0,
     "buffer": "none", "capacity": None, "up_rate": None, "down_rate": None,
-    "switch_rate": "none", "switch_latency": "1us", "rto": "50ms", "min_rto": "20ms",
+    "switch_rate": "none", "switch_latency": "1us", "rto": None, "min_rto": None,
 }  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from ina import units
 from ina.host.allreduce import CompressionConfig, Worker
 from ina.host.transport_core import TransportCore, TransportStats, WorkerConfig
 from ina.netem import (
+    PROFILES,
     CapacityEpisodes,
     CapacityModel,
     CapacityTrace,
@@ -43,6 +45,7 @@ from ina.netem import (
     CrossTraffic,
     LinkEmulator,
     OffsetDelay,
+    check_profile,
     make_link,
     parse_profile,
 )
@@ -66,6 +69,17 @@ JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
 PLACEMENTS = ("separate", "shared")
 MAX_TIMING_WORKERS = 1 << 16  # timing only: workers are a multiplier, not bitmap bits
 BACKENDS = ("fast", "ns3")
+# The transport's timers in simulated time (issue 30), unless a spec names them. The wall
+# clock's (`WALL_RTO`, `WALL_MIN_RTO`: tens of milliseconds) ride out a busy host's
+# scheduling jitter; a modelled clock has none, so here they follow the path: a chunk's round
+# trip with a whole pool in flight (`NetworkSpec.round_trip`), a few times over, and never
+# under an absolute floor (the timer of a switch-local fabric of microseconds). The window
+# takes queueing above a quarter of min_rto for congestion (`TransportCore._adapt_window`):
+# 5 round trips let a pool queue at the path's bottleneck (about one) and more without a cut
+# (with 3, 8 workers at 10 Gbit/s cut their windows below the pool).
+MIN_RTO_ROUND_TRIPS = 5.0  # min_rto, in round trips (the estimator also keeps 2 x srtt)
+INITIAL_RTO_ROUND_TRIPS = 8.0  # the timeout before any sample (the join's, the first window's)
+MIN_RTO_FLOOR_S = 20e-6
 
 
 @dataclass(frozen=True)
@@ -101,7 +115,7 @@ class LinkSpec:
             raise ValueError(f"loss must be in [0, 1), got {self.loss}")
         if self.buffer_bytes is not None and not self.buffer_bytes > 0:
             raise ValueError(f"buffer must be > 0 bytes, got {self.buffer_bytes}")
-        parse_profile(self.profile)  # a profile that does not parse is an error now
+        check_profile(self.profile)  # a profile that cannot be made is an error now
         if self.capacity is not None:
             capacity_model(self.capacity, seed=0)
         if self.cross is not None:
@@ -140,8 +154,11 @@ class NetworkSpec:
     # "fast": our engine and link models; "ns3": ns-3's links, queues and TCP cross traffic
     # (packet-level fidelity, `ina.sim.ns3net`), the same workers and switch
     backend: str = "fast"
-    rto_s: float = 0.05  # the transport's timers (WorkerConfig), in simulated seconds
-    min_rto_s: float = 0.02
+    # the transport's timers (WorkerConfig), in simulated seconds; None: from the path
+    # (`NetworkSpec.timers`; `ina sim` gives WALL_RTO/WALL_MIN_RTO where host jitter enters
+    # the simulated time: compute or codec times measured on this host)
+    rto_s: float | None = None
+    min_rto_s: float | None = None
     max_rto_s: float = 1.0
     timeout_s: float = 10.0
     # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
@@ -205,8 +222,62 @@ class NetworkSpec:
             )
         self.worker_config(0)  # the transport's own checks (timers)
 
-    def worker_config(self, worker_id: int, job: int = 0) -> WorkerConfig:
-        """Worker ``worker_id`` of job ``job`` (counted from 0)."""
+    def round_trip(self, fabric: Fabric | None = None, worker: int = 0) -> float:
+        """A chunk's round trip, in seconds, on the path of worker ``worker`` (of a
+        ``fabric``'s, else any: on one switch all paths are alike) with a whole pool in
+        flight: each link's typical delay (`typical_delay`) and one frame's serialization
+        both ways, each switch's latency, and a pool's serialization on the path's slowest
+        hop (a link carries a pool per window, a switch's pipeline a pool per contributor)."""
+        frame = packet_bytes(self.lanes) + FRAME_OVERHEAD
+        sw = self.switch
+
+        def serialize(rate: float | None, packets: float = 1.0) -> float:
+            return 0.0 if rate is None else packets * frame * 8 / rate
+
+        if fabric is None:  # one switch: every worker's link, both ways, and the switch
+            hops = [(self.up, self.down)]
+            shared = self.jobs if self.placement == "shared" else 1  # a host's link
+            pool = [serialize(link.rate_bps, shared) for link in (self.up, self.down)]
+            switches = [self.workers * self.jobs]
+        else:
+            host = fabric.workers[worker]
+            # (on the whole tree: a timing-only build passes its representative path, whose
+            # switches have one contributor each)
+            fabric = self.topology or fabric
+            wired = {lower: (up, down) for lower, _, up, down in tree_links(self, fabric)}
+            hops, switches = [], []
+            node, above = host, fabric.host_switch[host][0]
+            while above is not None:  # up to the top switch
+                hops.append(wired[node])
+                switches.append(len(fabric.contributors(above)))
+                node, above = above, fabric.switches[above].parent
+            pool = [serialize(link.rate_bps) for hop in hops for link in hop]
+        base = sum(
+            typical_delay(link.profile) + link.prop_delay_s + serialize(link.rate_bps)
+            for hop in hops
+            for link in hop
+        ) + len(switches) * (sw.latency_s + serialize(sw.rate_bps))
+        slowest = max(pool + [serialize(sw.rate_bps, n) for n in switches])
+        return base + self.pool_size * slowest
+
+    def timers(self, fabric: Fabric | None = None, worker: int = 0) -> tuple[float, float]:
+        """(rto, min_rto) of worker ``worker``: the spec's, else from its path's round trip
+        (`MIN_RTO_ROUND_TRIPS`, `INITIAL_RTO_ROUND_TRIPS`, `MIN_RTO_FLOOR_S`)."""
+        if self.rto_s is not None and self.min_rto_s is not None:
+            return self.rto_s, self.min_rto_s
+        rtt = self.round_trip(fabric, worker)
+        min_rto = max(MIN_RTO_ROUND_TRIPS * rtt, MIN_RTO_FLOOR_S)
+        if self.min_rto_s is not None:
+            min_rto = self.min_rto_s
+        rto = max(INITIAL_RTO_ROUND_TRIPS * rtt, min_rto) if self.rto_s is None else self.rto_s
+        return rto, min_rto
+
+    def worker_config(
+        self, worker_id: int, job: int = 0, fabric: Fabric | None = None, worker: int = 0
+    ) -> WorkerConfig:
+        """Worker ``worker_id`` of job ``job`` (counted from 0); on a ``fabric``, its
+        worker ``worker`` (whose path sets the timers, unless the spec names them)."""
+        rto, min_rto = self.timers(fabric, worker)
         return WorkerConfig(
             job_id=JOB_ID + job,
             worker_id=worker_id,
@@ -215,8 +286,8 @@ class NetworkSpec:
             bind=("sim", worker_id),
             pool_size=self.pool_size,
             lanes=self.lanes,
-            rto=self.rto_s,
-            min_rto=self.min_rto_s,
+            rto=rto,
+            min_rto=min_rto,
             max_rto=self.max_rto_s,
             timeout=self.timeout_s,
         )
@@ -306,6 +377,16 @@ def link_emulator(
     )
     emu.delay = OffsetDelay(emu.delay, spec.prop_delay_s)
     return emu
+
+
+@lru_cache(maxsize=64)
+def typical_delay(profile: str) -> float:
+    """The median of a delay profile's first 257 delays (seed 0, all at time 0: no
+    congestion episode), seconds: the path delay the transport's timers follow."""
+    name, params = parse_profile(profile)
+    return float(
+        np.median(PROFILES[name](np.random.SeedSequence(0), **params).delays(np.zeros(257)))
+    )
 
 
 def min_latency(emu: LinkEmulator, frame_bytes: int) -> float:
@@ -570,7 +651,8 @@ def tree_pipelines(spec: NetworkSpec, fabric: Fabric) -> dict[str, Pipeline]:
 def tree_worker_config(spec: NetworkSpec, fabric: Fabric, g: int) -> WorkerConfig:
     """Worker ``g`` of a topology: its id on its leaf switch, the job's total worker count."""
     _, local = fabric.leaf_of(g)
-    return replace(spec.worker_config(local), job_id=fabric.job_id, num_workers=len(fabric.workers))
+    cfg = spec.worker_config(local, fabric=fabric, worker=g)
+    return replace(cfg, job_id=fabric.job_id, num_workers=len(fabric.workers))
 
 
 def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:

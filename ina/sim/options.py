@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ina import units
+from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
 from ina.sim.backends import check
 from ina.sim.engine import ENGINES
 from ina.sim.network import BACKENDS, NetworkSpec, SwitchSpec, parse_link
@@ -22,9 +23,14 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
     train`, which has its own ``--link-rate`` and ``--delay`` (the link profile)."""
     g = p.add_argument_group("simulated network (with --sim)" if train else "simulated network")
     if not train:
-        g.add_argument("--link-rate", default="100G", help="link rate, bit/s (100G, 25G, 10M)")
         g.add_argument(
+            "--link-rate", default="100G", help="link rate with its unit (100G, 25G, 10M)"
+        )
+        g.add_argument(
+            "--delay",  # the name `ina train` has; --link-profile is the older one
             "--link-profile",
+            dest="link_profile",
+            metavar="PROFILE",
             default="none",
             help="extra delay per packet from an ina.netem profile (none, constant, low, "
             "high, trace:PATH; with parameters, e.g. high:episode_on_s=5)",
@@ -53,7 +59,8 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
     g.add_argument("--switch-latency", default="1us", help="switch pipeline latency")
     g.add_argument("--engine", default="simpy", choices=sorted(ENGINES), help="event kernel")
     g.add_argument(
-        "--sim-backend" if train else "--backend",  # `ina train --backend` is ina or gloo
+        # `ina train --backend` is ina or gloo; --backend stays an alias elsewhere
+        *(["--sim-backend"] if train else ["--sim-backend", "--backend"]),
         dest="sim_backend",
         default="fast",
         choices=BACKENDS,
@@ -61,11 +68,21 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
         "traffic, packet by packet (needs the ns3 extra; --engine does not apply)",
     )
     g.add_argument("--sim-seed", type=int, help="seed of the network's random streams")
-    # The transport's own defaults (WorkerConfig): with compute and codec times measured on
-    # this host, workers are late by its jitter, which these timers are sized to ride out;
-    # lower them to study a jitter-free fabric (fixed or flops compute, codec none).
-    g.add_argument("--rto", default="50ms", help="initial retransmission timeout")
-    g.add_argument("--min-rto", default="20ms", help="lower bound of the adaptive timeout")
+    # The transport's timers follow the simulated path (`NetworkSpec.timers`: a few round
+    # trips); with compute or codec times measured on this host, workers are late by its
+    # scheduling jitter, so they are then the wall clock's (WorkerConfig's), sized for it.
+    wall = f"{WALL_RTO * 1e3:g} ms and {WALL_MIN_RTO * 1e3:g} ms"
+    g.add_argument(
+        "--rto",
+        help="initial retransmission timeout (default: 8 of the path's round trips with a "
+        f"pool in flight; {wall} (--min-rto) with --compute or --codec measured, whose "
+        "host jitter enters the simulated time)",
+    )
+    g.add_argument(
+        "--min-rto",
+        help="lower bound of the adaptive timeout (default: 5 of the path's round trips, at "
+        "least 20 us; see --rto)",
+    )
 
 
 def network_spec(
@@ -83,6 +100,8 @@ def network_spec(
     ``profile`` replace ``--link-rate``/``--link-profile`` (`ina train`'s own options)."""
     rate = rate or args.link_rate
     profile = profile or args.link_profile
+    if not 0 <= args.link_loss < 1:  # also NaN
+        raise ValueError(f"--link-loss must be in [0, 1), got {args.link_loss}")
 
     def link(own_rate: str | None):
         return parse_link(
@@ -96,6 +115,16 @@ def network_spec(
         )
 
     switch_rate = None if args.switch_rate in ("none", "inf") else units.rate(args.switch_rate)
+    # host jitter in simulated time: the wall clock's timers (unless named)
+    measured = any(
+        str(getattr(args, name, None) or "").startswith("measured") for name in ("compute", "codec")
+    )
+    rto = units.seconds(args.rto, "rto") if args.rto else (WALL_RTO if measured else None)
+    min_rto = (
+        units.seconds(args.min_rto, "min rto")
+        if args.min_rto
+        else (WALL_MIN_RTO if measured else None)
+    )
     spec = NetworkSpec(
         workers=workers,
         up=link(args.up_rate),
@@ -106,8 +135,8 @@ def network_spec(
         seed=seed if args.sim_seed is None else args.sim_seed,
         engine=args.engine,
         backend=getattr(args, "sim_backend", "fast"),
-        rto_s=units.seconds(args.rto, "rto"),
-        min_rto_s=units.seconds(args.min_rto, "min rto"),
+        rto_s=rto,
+        min_rto_s=min_rto,
         timing_only=timing_only,
         topology=topology,
     )
@@ -120,11 +149,11 @@ def describe(spec: NetworkSpec) -> str:
 
     def rate(r: float | None) -> str:
         if r is None:
-            return "unlimited "
+            return "unlimited"
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
             if r >= scale:
-                return f"{r / scale:g}{unit}"
-        return f"{r:g}"
+                return f"{r / scale:g} {unit}bit/s"
+        return f"{r:g} bit/s"
 
     up, down, sw = spec.up, spec.down, spec.switch
     extra = [
@@ -136,12 +165,16 @@ def describe(spec: NetworkSpec) -> str:
         f"downlink cross traffic {down.cross}" if down.cross and down.cross != up.cross else "",
     ]
     tree = "" if spec.topology is None else f"topology {spec.topology.name}, "
+    links = (
+        f"{rate(up.rate_bps)} each way"
+        if up.rate_bps == down.rate_bps
+        else f"{rate(up.rate_bps)} up, {rate(down.rate_bps)} down"
+    )
     return (
-        tree
-        + f"{spec.workers} workers, links {rate(up.rate_bps)}/{rate(down.rate_bps)}bit/s up/down, "
+        tree + f"{spec.workers} workers, links {links}, "
         f"{up.prop_delay_s * 1e6:g} us propagation"
         + "".join(f", {e}" for e in extra if e)
-        + f"; switch {'at line rate' if sw.rate_bps is None else rate(sw.rate_bps) + 'bit/s'}, "
+        + f"; switch {'at line rate' if sw.rate_bps is None else 'at ' + rate(sw.rate_bps)}, "
         f"{sw.latency_s * 1e6:g} us latency; "
         f"{spec.lanes} lanes, pool {spec.pool_size}; "
         + ("ns-3 backend" if spec.backend == "ns3" else f"engine {spec.engine}")
