@@ -17,6 +17,10 @@ EXPERIMENTS = {
         "ina.experiments.grace",
         "GRACE's methods through the switch: traffic, codec speed, time to target (--sim)",
     ),
+    "stragglers": (
+        "ina.experiments.stragglers",
+        "a slow worker and jitter at 1,024 workers: INA and ring beside the expectation",
+    ),
 }
 
 
