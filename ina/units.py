@@ -55,12 +55,18 @@ def rate(text: str | float, what: str = "rate") -> float:
     return value
 
 
-def _with_prefix(bps: float) -> str:
-    """A rate in the shortest of ``1G``, ``100M``, ``5k`` or ``7bit/s``."""
+def _scaled(bps: float) -> tuple[float, str]:
+    """(value, SI prefix) of a rate: (100, "G") for 1e11, (7, "") for 7."""
     for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if bps >= scale:
-            return f"{bps / scale:g}{prefix}"
-    return f"{bps:g}bit/s"
+            return bps / scale, prefix
+    return bps, ""
+
+
+def _with_prefix(bps: float) -> str:
+    """A rate as the command line takes it: ``1G``, ``100M``, ``5k`` or ``7bit/s``."""
+    value, prefix = _scaled(bps)
+    return f"{value:g}{prefix or 'bit/s'}"
 
 
 def seconds(text: str | float, what: str = "time") -> float:
@@ -88,7 +94,5 @@ def plural(n: int, noun: str) -> str:
 
 def format_rate(bps: float) -> str:
     """A rate for people: ``100 Gbit/s``, ``25 Mbit/s``, ``7 bit/s``."""
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:g} {prefix}bit/s"
-    return f"{bps:g} bit/s"
+    value, prefix = _scaled(bps)
+    return f"{value:g} {prefix}bit/s"

@@ -148,12 +148,7 @@ def describe(spec: NetworkSpec) -> str:
     """One line naming the model and its parameters (every result says what made it)."""
 
     def rate(r: float | None) -> str:
-        if r is None:
-            return "unlimited"
-        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-            if r >= scale:
-                return f"{r / scale:g} {unit}bit/s"
-        return f"{r:g} bit/s"
+        return "unlimited" if r is None else units.format_rate(r)
 
     up, down, sw = spec.up, spec.down, spec.switch
     extra = [
