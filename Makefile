@@ -49,8 +49,11 @@ train: $(STAMP)
 run: $(STAMP)
 	$(PY) -m ina allreduce --workers $(WORKERS)
 
+# The whole suite, on every core (pytest-xdist; tests take their own ports, folders and
+# interface names, so they run side by side); TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= auto
 test: $(STAMP) $(NS3)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 # The edit-run loop: the pure-Python core of every layer (no Mininet, BMv2, ns-3 or training
 # runs); make test is the whole suite and what CI runs.
