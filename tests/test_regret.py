@@ -1,4 +1,4 @@
-"""Regret and oracle arithmetic of the DC2 study on synthetic tables (ina/experiments/regret.py)."""
+"""Regret and oracle arithmetic of the DC2 study on synthetic tables (ina/sim/regret.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ina.experiments.regret import (
+from ina.sim.regret import (
     fixed_times,
     level_time,
     oracle_capture,
@@ -75,7 +75,7 @@ def test_worst_regret_and_oracle_capture():
 
 
 def test_over_seeds_is_the_mean_with_its_spread_and_nothing_if_a_seed_missed():
-    from ina.experiments.regret import over_seeds
+    from ina.sim.regret import over_seeds
 
     assert over_seeds([0.5, 0.7, 0.6]) == pytest.approx((0.6, 0.5, 0.7))
     assert over_seeds([2.0]) == (2.0, 2.0, 2.0)

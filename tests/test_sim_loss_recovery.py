@@ -177,3 +177,12 @@ def test_the_tail_of_a_call_is_probed_before_its_timeout():
     assert _sent(core) == [(3, 3e-3, True)]
     assert core.stats.probes == 1 and core.rto == rto
     assert core.deadline() == pytest.approx(3e-3 + rto)  # one probe, then the timeout
+
+
+def test_a_path_slower_than_max_rto_raises_the_ceiling_not_an_error():
+    from ina.sim.network import LinkSpec, NetworkSpec
+
+    link = LinkSpec(rate_bps=1e6, prop_delay_s=1e-3)  # 1 Mbit/s: a pool takes seconds
+    spec = NetworkSpec(workers=2, up=link, down=link, lanes=4096, pool_size=64)
+    cfg = spec.worker_config(0)
+    assert cfg.min_rto > spec.max_rto_s and cfg.max_rto >= cfg.rto >= cfg.min_rto

@@ -83,7 +83,7 @@ def time_to_target(levels: list[Level], f: float) -> dict[float, float]:
 
 def oracle_time(levels: list[Level], f: float) -> float:
     """Time to target of the controller that uses the best level in each state, for free."""
-    from ina.experiments.regret import oracle_time as general
+    from ina.sim.regret import oracle_time as general
 
     steps = {lv.density: lv.steps_to_target for lv in levels}
     step_s = {

@@ -4,6 +4,7 @@ a simulated run writes and how its step log is read."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import math
@@ -11,6 +12,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from ina.sim import regret as rg
 
 # DC2's laws as this experiment runs them: start at, and never go below, 1 % density. Below
 # about 1/(32 N) the OR round's bitmap (n/32 words, 3 % of dense) dominates the traffic, so
@@ -167,3 +170,36 @@ def sim_run_dir(out: Path | str, workload: str, scenario: str, cfg: Config, seed
     """Where one run to target writes: a ``seed-S`` folder per seed when there are several."""
     base = Path(out) / workload / scenario / cfg.slug
     return base / f"seed-{seed}" if seeds > 1 else base
+
+
+def mixes_states(scenario: str) -> bool:
+    """Whether the scenario mixes steady states, so that its oracle needs the state runs
+    (False for a scenario file that cannot be read here)."""
+    from ina.sim.scenario import load_scenario
+
+    try:
+        return len(load_scenario(scenario).states()) >= 2
+    except ValueError:
+        return False
+
+
+def generated(args: argparse.Namespace, table: dict) -> bool:
+    """Whether this run's scenarios were generated (--generated, or a --replot of such a run:
+    every scenario file carries a generator record)."""
+    from ina.sim.generate import record
+
+    if getattr(args, "generated", None):
+        return True
+    names = {name for scenarios in table.values() for name in scenarios}
+    return bool(names) and all(record(n) is not None for n in names)
+
+
+def regret_distribution(table: dict, configs: list[Config]) -> dict[str, dict[str, rg.Distribution]]:  # fmt: skip
+    """Per workload and method, its regret over the scenarios (`regret.distribution`)."""
+    return {
+        w: {
+            c.spec: rg.distribution(e["regret"].get(c.spec, math.nan) for e in scenarios.values())
+            for c in configs
+        }
+        for w, scenarios in table.items()
+    }

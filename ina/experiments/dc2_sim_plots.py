@@ -1,6 +1,12 @@
 """The plots of `ina experiment dc2 --sim` (matplotlib PNGs): the metric against simulated
-time per scenario, DC2's level over time under the scenario's capacity and delay, and the
-regret of every method per scenario."""
+time per scenario, DC2's level over time under the scenario's capacity and delay, the
+regret of every method per scenario, and over generated scenarios the CDF of each method's
+regret (`plot_regret_cdf`).
+
+Each figure fits a page: panels wrap into a grid at most `MAX_COLS` wide (twelve scenarios
+in one row made a 2,816 x 320 px strip, issue 29), legends sit below the panels, never
+over the data, and log axes read in plain numbers (6, 10, 20; not 6x10^0).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,65 @@ from ina.experiments.dc2_common import (
     sim_run_dir,
 )
 
+MAX_COLS = 4  # panels per row: four 4-inch panels at 80 dpi are about 1,300 px
+MAX_LEVEL_PANELS = 6  # DC2's level: the first six time-varying scenarios of a generated run
+DPI = 80
+
+
+def _grid(n: int, max_cols: int = MAX_COLS) -> tuple[int, int]:
+    """(rows, columns) of a grid for ``n`` panels, at most ``max_cols`` wide."""
+    cols = max(1, min(n, max_cols))
+    return math.ceil(max(n, 1) / cols), cols
+
+
+def _plain(value: float, _pos=None) -> str:
+    """A log axis's tick as a plain number: 0.003, 0.1, 6, 20, 1000."""
+    return f"{value:g}" if value > 0 else ""
+
+
+def plain_log(axis) -> None:
+    """Label a log ``axis`` (``ax.xaxis``, ``ax.yaxis``) in plain numbers: the ticks
+    matplotlib labels (the minors too where the axis spans under a decade), not in powers
+    of ten."""
+    from matplotlib import ticker
+
+    major = ticker.LogFormatter(labelOnlyBase=False)
+    minor = ticker.LogFormatter(labelOnlyBase=False)
+
+    class Plain(ticker.Formatter):
+        def __init__(self, inner: ticker.LogFormatter) -> None:
+            self.inner = inner
+
+        def set_axis(self, axis) -> None:
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def set_locs(self, locs) -> None:
+            self.inner.set_locs(locs)
+
+        def __call__(self, x, pos=None) -> str:
+            return _plain(x) if self.inner(x, pos) else ""  # the same ticks, plainly
+
+    axis.set_major_formatter(Plain(major))
+    axis.set_minor_formatter(Plain(minor))
+
+
+def _legend_below(fig, handles: list, labels: list[str], ncol: int = 4) -> float:
+    """A figure legend under the panels; returns the share of the height it takes."""
+    rows = math.ceil(len(labels) / ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), ncol), fontsize=8,
+               frameon=False)  # fmt: skip
+    return min(0.4, (0.25 * rows + 0.1) / fig.get_figheight())
+
+
+def _handles(axes) -> tuple[list, list[str]]:
+    """Every panel's legend entries, once each (the first panel may have no runs)."""
+    legend: dict = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(lab, h)
+    return list(legend.values()), list(legend)
+
 
 def _run_dir(args, workload: str, scenario: str, spec: str) -> Path:
     """The run of the first seed (the curves of one seed; the tables average the seeds)."""
@@ -26,6 +91,11 @@ def _run_dir(args, workload: str, scenario: str, spec: str) -> Path:
     seeds = args.seed_list
     return sim_run_dir(args.out, workload, load_scenario(scenario).name, Config(spec), seeds[0],
                    len(seeds))  # fmt: skip
+
+
+def _short(scenario: str) -> str:
+    """A scenario as a title shows it: a file's name without its folder (generated ones)."""
+    return Path(scenario).stem if scenario.endswith(".json") else scenario
 
 
 def _colors(configs: list[Config]) -> dict[str, tuple]:
@@ -45,9 +115,9 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
         wl = resolve(w)
         col = wl.metric.column
         n = len(scenarios)
-        cols = min(n, 4)
-        rows = math.ceil(n / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+        rows, cols = _grid(n)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows + 0.8),
+                                 squeeze=False)  # fmt: skip
         for ax, name in zip(axes.flat, scenarios, strict=False):
             for c in args.config_list:
                 steps = read_steps(_run_dir(args, w, name, c.spec))
@@ -61,7 +131,8 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
             target = args.target_map.get(w, wl.default_target) * (100 if col == "test_acc" else 1)
             ax.axhline(target, color="grey", lw=0.8, ls=":")
             ax.set_xscale("log")
-            ax.set_title(name, fontsize=10)
+            plain_log(ax.xaxis)
+            ax.set_title(_short(name), fontsize=10)
             ax.set_xlabel("simulated time (s, log)")
             ax.set_ylabel("test accuracy (%)" if col == "test_acc" else "bits per character")
             if col == "test_acc":
@@ -69,21 +140,16 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[n:]:
             ax.axis("off")
-        legend: dict = {}  # label -> handle, from every panel (the first may have no runs)
-        for ax in axes.flat:
-            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-                legend.setdefault(lab, h)
-        if not legend:  # a --replot of results.csv without the runs' folders: no curves
+        handles, labels = _handles(axes.flat)
+        if not labels:  # a --replot of results.csv without the runs' folders: no curves
             plt.close(fig)
             continue
-        handles, labels = list(legend.values()), list(legend)
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8,
-                   frameon=False)  # fmt: skip
+        below = _legend_below(fig, handles, labels)
         fig.suptitle(f"{w}: {wl.metric.name} against simulated time, seed "
                      f"{args.seed_list[0]} (dotted: target)")  # fmt: skip
-        fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+        fig.tight_layout(rect=(0, below, 1, 0.96))
         paths.append(out / f"dc2sim_accuracy_{w}.png")
-        fig.savefig(paths[-1], dpi=80)
+        fig.savefig(paths[-1], dpi=DPI)
         plt.close(fig)
     return paths
 
@@ -113,11 +179,20 @@ def plot_level(table: dict, args, out: Path) -> list[Path]:
     laws = [c for c in args.config_list if c.kind == "dc2"]
     w = next(iter(table), None)
     names = [n for n, e in table.get(w, {}).items() if len(e["states"]) > 1 or n == "slow"]
+    from ina.experiments.dc2_common import generated, mixes_states
+
+    if generated(args, table):  # no state runs: the path from its file
+        names = [n for n in table.get(w, {}) if mixes_states(n)][:MAX_LEVEL_PANELS]
     if not names or not laws:
         return []
-    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 5.5), squeeze=False)
-    for col, name in enumerate(names):
-        ax, ax_rtt = axes[0][col], axes[1][col]
+    # a scenario is a column of two panels (density over RTT); the columns wrap
+    rows, cols = _grid(len(names), 3)
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(5 * cols, 5.5 * rows + 0.6), squeeze=False)
+    for i in range(len(names), rows * cols):
+        axes[2 * (i // cols)][i % cols].axis("off")
+        axes[2 * (i // cols) + 1][i % cols].axis("off")
+    for i, name in enumerate(names):
+        ax, ax_rtt = axes[2 * (i // cols)][i % cols], axes[2 * (i // cols) + 1][i % cols]
         t_end = 0.0
         for c in laws:
             where = _run_dir(args, w, name, c.spec)
@@ -147,64 +222,121 @@ def plot_level(table: dict, args, out: Path) -> list[Path]:
             twin.set_ylabel("trace: extra delay (ms)", fontsize=8)
         ax.set_yscale("log")
         ax.set_ylim(1e-3, 1.5)
-        ax.set_title(f"{w} / {name}: density per step", fontsize=10)
+        plain_log(ax.yaxis)
+        ax.set_title(f"{w} / {_short(name)}: density per step", fontsize=10)
         ax.set_ylabel("density (log)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
         ax_rtt.set_yscale("log")
+        plain_log(ax_rtt.yaxis)
         ax_rtt.set_xlabel("simulated time (s)")
         ax_rtt.set_ylabel("rank 0 chunk RTT (ms): srtt, base dotted", fontsize=8)
         ax_rtt.grid(alpha=0.3)
-    fig.tight_layout()
+    handles, labels = _handles(axes.flat)
+    below = _legend_below(fig, handles, labels) if labels else 0.0
+    fig.tight_layout(rect=(0, below, 1, 1))
     path = out / "dc2sim_level.png"
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return [path]
 
 
 def plot_regret(table: dict, args, out: Path) -> list[Path]:
-    """Per method, its regret (time over the best fixed level's) in every scenario."""
+    """Per workload, a panel per method: its regret (time over the best fixed level's) in
+    every scenario, against the goals."""
     import matplotlib.pyplot as plt
 
     configs = args.config_list
     paths = []
     for w, scenarios in table.items():
         names = list(scenarios)
-        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(configs) * max(1, len(names)) / 3), 4))
-        width = 0.8 / max(len(names), 1)
+        rows, cols = _grid(len(configs))
+        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows + 1.0),
+                                 sharey=True, squeeze=False)  # fmt: skip
         cmap = plt.get_cmap("viridis")
-        for i, name in enumerate(names):
+        colors = [cmap(i / max(len(names) - 1, 1)) for i in range(len(names))]
+        x = np.arange(len(names))
+        for ax, c in zip(axes.flat, configs, strict=False):
             # not run there: no bar; not reached (infinite regret): off the top
-            vals = [scenarios[name]["regret"].get(c.spec, math.nan) for c in configs]
-            vals = [50.0 if math.isinf(v) else v for v in vals]
-            ax.bar(np.arange(len(configs)) + (i - (len(names) - 1) / 2) * width, vals, width,
-                   color=cmap(i / max(len(names) - 1, 1)), label=name)  # fmt: skip
-        ax.axhline(GOAL_REGRET, color="green", ls="--", lw=1, label=f"{GOAL_REGRET}x (DC2 goal)")
-        ax.axhline(GOAL_FIXED_REGRET, color="red", ls=":", lw=1, label=f"{GOAL_FIXED_REGRET}x")
-        # a configuration named in full (not a law's default) gets a line per parameter
-        names = [label(c).replace(":", "\n") for c in configs]
-        ax.set_xticks(np.arange(len(configs)), names, fontsize=8, rotation=20)
-        ax.set_yscale("log")
-        ax.set_ylabel("time to target / best fixed level's")
-        ax.set_title(
-            f"{w}: regret per method and scenario (at the top: not reached; no bar: not run)",
-            fontsize=10,
-        )
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
+            vals = [scenarios[n]["regret"].get(c.spec, math.nan) for n in names]
+            ax.bar(x, [50.0 if math.isinf(v) else v for v in vals], 0.8, color=colors)
+            ax.axhline(GOAL_REGRET, color="green", ls="--", lw=1,
+                       label=f"{GOAL_REGRET}x: DC2's goal (at most, everywhere)")  # fmt: skip
+            ax.axhline(GOAL_FIXED_REGRET, color="red", ls=":", lw=1,
+                       label=f"{GOAL_FIXED_REGRET}x: a fixed level's (at least, somewhere)")  # fmt: skip
+            # a configuration named in full (not a law's default) gets a line per parameter
+            ax.set_title(label(c).replace(":", "\n"), fontsize=9)
+            ax.set_xticks(x, [_short(n) for n in names], fontsize=7, rotation=60, ha="right")
+            ax.set_yscale("log")
+            plain_log(ax.yaxis)
+            ax.grid(alpha=0.3, axis="y")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("time / best fixed level's")
+        for ax in list(axes.flat)[len(configs) :]:
+            ax.axis("off")
+        handles, labels = _handles(axes.flat)
+        below = _legend_below(fig, handles, labels, ncol=2)
+        fig.suptitle(f"{w}: regret per method and scenario (at the top: not reached; no bar: "
+                     "not run)", fontsize=10)  # fmt: skip
+        fig.tight_layout(rect=(0, below, 1, 0.97))
         paths.append(out / f"dc2sim_regret_{w}.png")
-        fig.savefig(paths[-1], dpi=80)
+        fig.savefig(paths[-1], dpi=DPI)
         plt.close(fig)
     return paths
+
+
+def plot_regret_cdf(table: dict, args, out: Path) -> list[Path]:
+    """Over many (generated) scenarios: per workload, the share of scenarios in which each
+    method's regret is at most x. A curve that stops below 1 is a method that missed the
+    target somewhere (infinite regret); the legend counts those."""
+    import matplotlib.pyplot as plt
+
+    from ina.experiments.dc2_common import regret_distribution
+
+    configs = args.config_list
+    colors, dist = _colors(configs), regret_distribution(table, configs)
+    cols = len(table)
+    fig, axes = plt.subplots(1, cols, figsize=(5.2 * cols, 4.2), squeeze=False, sharey=True)
+    for ax, (w, scenarios) in zip(axes.flat, table.items(), strict=True):
+        for c in configs:
+            known = sorted(r for r in (e["regret"].get(c.spec, math.nan)
+                                       for e in scenarios.values()) if not math.isnan(r))  # fmt: skip
+            finite = [r for r in known if not math.isinf(r)]
+            if not finite:
+                continue
+            n, d = len(known), dist[w][c.spec]
+            y = np.arange(1, len(finite) + 1) / n
+            missed = f", missed {d.not_reached}/{n}" if d.not_reached else ""
+            ax.step([finite[0], *finite], [0.0, *y], where="post", color=colors[c.spec],
+                    lw=1.8 if c.kind == "dc2" else 1.1, ls="-" if c.kind == "dc2" else "--",
+                    label=f"{label(c)}: median {d.median:.2f}x{missed}")  # fmt: skip
+        ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+        ax.axvline(GOAL_REGRET, color="green", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        plain_log(ax.xaxis)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{w}: {len(scenarios)} scenarios", fontsize=10)
+        ax.set_xlabel("regret: time / best fixed level's (log)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, frameon=False)
+    axes[0][0].set_ylabel("share of scenarios with regret <= x")
+    rows = max(len(configs), 1)
+    fig.set_figheight(4.2 + 0.2 * rows)
+    fig.suptitle(f"Regret over generated scenarios (dotted: 1x and {GOAL_REGRET}x)", fontsize=10)
+    fig.tight_layout()
+    path = out / "dc2sim_regret_cdf.png"
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return [path]
 
 
 def plot_all(rows: list[dict], table: dict, args, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    return (
-        plot_accuracy(table, args, out)
-        + plot_level(table, args, out)
-        + plot_regret(table, args, out)
-    )
+    from ina.experiments.dc2_common import generated
+
+    paths = plot_accuracy(table, args, out) + plot_level(table, args, out)
+    paths += plot_regret(table, args, out)
+    if generated(args, table):
+        paths += plot_regret_cdf(table, args, out)
+    return paths

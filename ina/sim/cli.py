@@ -1,4 +1,4 @@
-"""`ina sim {allreduce,validate,compare,train,fidelity,mergecomp}`: the virtual-time
+"""`ina sim {allreduce,validate,compare,train,fidelity,mergecomp,scenarios}`: the virtual-time
 simulator's commands
 (`ina train --sim` runs training in it)."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from ina.errors import HelpFormatter
 
 COMMANDS = {
     "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
@@ -18,6 +20,7 @@ COMMANDS = {
         "ina.sim.mergecomp",
         "MergeComp's partition of a model's gradients vs per tensor and DDP's buckets",
     ),
+    "scenarios": ("ina.sim.generate", "generate scenario files drawn from families of paths"),
 }
 
 
@@ -29,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             name,
             help=help_text,
             description=help_text,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         if argv and argv[0] == name:  # only the command being run loads its module
             importlib.import_module(module).add_arguments(sp)

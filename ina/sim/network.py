@@ -288,7 +288,9 @@ class NetworkSpec:
             lanes=self.lanes,
             rto=rto,
             min_rto=min_rto,
-            max_rto=self.max_rto_s,
+            # a path slower than max_rto's round trip (kbit/s links, a full pool of big
+            # packets) raises the ceiling rather than the timeouts failing their check
+            max_rto=max(self.max_rto_s, rto, min_rto),
             timeout=self.timeout_s,
         )
 

@@ -20,7 +20,8 @@ line, `ina.units`)::
       "switch": {"rate": "none", "latency": "1us"},
       "transport": {"rto": "50ms", "min_rto": "20ms"},
       "compute": {"cnn1d": "fixed:1ms", "char_lstm": "fixed:3ms", "default": "fixed:1ms"},
-      "codec": "30GB/s"
+      "codec": "30GB/s",
+      "generator": {...}                   # a generated file's record (`ina.sim.generate`)
     }
 
 ``profile`` is an `ina.netem` delay profile (``none``, ``constant:delay_s=..``, ``low``,
@@ -52,7 +53,7 @@ from ina.workload.compute import parse_codec, parse_compute
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 
 _TOP = {"description", "source", "workers", "link", "up", "down", "switch", "transport",
-        "compute", "codec"}  # fmt: skip
+        "compute", "codec", "generator"}  # fmt: skip
 _LINK = {"rate", "prop_delay", "profile", "loss", "buffer", "capacity"}
 _SWITCH = {"rate", "latency"}
 _TRANSPORT = {"rto", "min_rto"}
@@ -308,6 +309,8 @@ def parse_scenario(data: object, name: str, base: Path, where: str | None = None
     for key in ("description", "source"):
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise _fail(where, f"'{key}' is required (a line of text)")
+    if not isinstance(data.get("generator", {}), dict):
+        raise _fail(where, "'generator' must be an object (what ina sim scenarios generate drew)")
     link = _section(data, "link", _LINK, where)
     up = _section(data, "up", _LINK, where)
     down = _section(data, "down", _LINK, where)
@@ -352,7 +355,7 @@ def parse_scenario(data: object, name: str, base: Path, where: str | None = None
 def load_scenario(name_or_path: str) -> Scenario:
     """A shipped scenario by name (`names`) or any scenario file by its path."""
     text = str(name_or_path)
-    if text.endswith(".json") or "/" in text:
+    if text.endswith(".json") or "/" in text or Path(text).is_file():
         path = Path(text)
         if not path.is_file():
             raise ValueError(f"scenario {text}: no such file")

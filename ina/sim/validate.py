@@ -236,10 +236,13 @@ def simulate_allreduce(
     from ina.sim.allreduce import run
     from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 
+    from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
+
     link = LinkSpec(rate_bps=rate_bps, prop_delay_s=0.0, profile=profile)
+    # the wall clock's timers: the measured side runs with them, on a host with jitter
     spec = NetworkSpec(
         workers=workers, up=link, down=link, switch=SwitchSpec(latency_s=latency_s),
-        lanes=lanes, pool_size=POOL, seed=1,
+        lanes=lanes, pool_size=POOL, seed=1, rto_s=WALL_RTO, min_rto_s=WALL_MIN_RTO,
     )  # fmt: skip
     # the codec as it runs on this host: the measured side pays for it too
     r = run(spec, size, iters + 1, codec_time=lambda wall: wall)

@@ -18,6 +18,12 @@ per-state rates), and the controller that knows the state and switches for free 
 level for it in ``T* = 1 / sum_s f_s max_d 1 / (S(d) t_s(d))``. No real controller beats
 ``T*`` under those assumptions; it ignores reaction time and the cost of a switch.
 
+**Over many scenarios** (`distribution`, for generated ones): a method's regret in each
+scenario gives its median, 90th percentile and worst, and the share of scenarios where it
+beats every fixed level (regret below 1). A run that missed the target counts as infinite
+regret, so it moves the percentiles up instead of leaving the sample; a scenario where no
+fixed level reached the target has no regret (nan) and is counted apart.
+
 **Seeds.** A method's time (or steps) to target in a scenario is the mean over the training
 seeds, its spread the min and max (`over_seeds`); regret and the oracle are computed on the
 means. A method that misses the target with any seed has no mean (nan: not reached).
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
 
 _NO_GAIN = 1e-6  # an oracle within rounding of the best fixed level gains nothing
 Level = Hashable  # a density (1.0 = dense), or any name for a fixed configuration
@@ -104,6 +111,51 @@ def oracle_capture(best_fixed: float, method: float, oracle: float) -> float:
     if math.isinf(method):
         return 0.0
     return (best_fixed / method - 1) / gain
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, interpolated linearly between the two
+    nearest ranks (numpy's default), where infinite values sort last: interpolating towards
+    one gives inf (nan if there are no values)."""
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return math.nan
+    if not 0 <= q <= 100:
+        raise ValueError(f"a percentile is in [0, 100], got {q}")
+    pos = (len(xs) - 1) * q / 100
+    lo, frac = math.floor(pos), pos - math.floor(pos)
+    if frac == 0:
+        return xs[lo]
+    a, b = xs[lo], xs[lo + 1]
+    return math.inf if math.isinf(b) else a + (b - a) * frac
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One method's regret over many scenarios (`distribution`)."""
+
+    scenarios: int  # with a regret: some fixed level reached the target there
+    median: float
+    p90: float
+    worst: float
+    beats_fixed: float  # the share of those scenarios where regret < 1 (nan: none)
+    not_reached: int  # of those, where this method missed the target (regret inf)
+    no_reference: int  # scenarios where no fixed level reached the target (regret nan)
+
+
+def distribution(regrets: Iterable[float]) -> Distribution:
+    """The spread of one method's regrets, one per scenario (see the module docstring)."""
+    values = [float(r) for r in regrets]
+    known = [r for r in values if not math.isnan(r)]
+    return Distribution(
+        scenarios=len(known),
+        median=percentile(known, 50),
+        p90=percentile(known, 90),
+        worst=max(known, default=math.nan),
+        beats_fixed=sum(r < 1 for r in known) / len(known) if known else math.nan,
+        not_reached=sum(math.isinf(r) for r in known),
+        no_reference=len(values) - len(known),
+    )
 
 
 def over_seeds(values: Iterable[float]) -> tuple[float, float, float]:
