@@ -225,15 +225,56 @@ class VethTarget(Target):
         self._collect(got, until_probe=None)
         return {p: f for p, f in got.items() if f}
 
+    def run_flushed(self, frames, flush: dict[int, str]) -> dict[int, list[bytes]]:
+        """Like `run`, without its quiet wait at the end (`SETTLE`): each frame is followed,
+        on its own port, by one probe per port of ``flush`` ({port: a MAC that
+        ``forward_table`` sends out of it}). Once every probe is out, so is every output of
+        the frame (one FIFO per port, in and out), and the next frame can go. The
+        differential fuzzer's steps (`differential.fuzz`) go through here."""
+        if not self.socks:
+            raise RuntimeError(f"{self.name}: made with wire=False, the host ends are not ours")
+        got: dict[int, list[bytes]] = {}
+        for port, data in frames:
+            self.socks[port].send(data)
+            waiting = set()
+            for mac in flush.values():
+                self._probe_seq += 1
+                waiting.add(self._probe_seq)
+                self.socks[port].send(self._probe(self._probe_seq, mac))
+            self._collect_probes(got, waiting)
+        return {p: f for p, f in got.items() if f}
+
+    def _collect_probes(self, got: dict[int, list[bytes]], waiting: set[int]) -> None:
+        """Read every socket until the probes numbered ``waiting`` are all out, on any port;
+        probes are left out of ``got``."""
+        fds = {s.fileno(): p for p, s in self.socks.items()}
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while waiting:
+            ready, _, _ = select.select(list(fds), [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(
+                    f"{self.name}: probes {sorted(waiting)} did not come out within "
+                    f"{PROBE_TIMEOUT} s"
+                )
+            for fd in ready:
+                port = fds[fd]
+                for data in self._drain(self.socks[port]):
+                    seq = self._probe_number(data)
+                    if seq is not None:
+                        waiting.discard(seq)
+                        continue
+                    got.setdefault(port, []).append(data)
+
     def _ensure_probe_entry(self) -> None:
         entries = self.conn.read([self.conn.table_entry("forward_table", {"dst_mac": PROBE_MAC})])
         if not entries:
             add_forward(self.conn, {PROBE_MAC: PROBE_PORT})
 
     @staticmethod
-    def _probe(seq: int) -> bytes:
+    def _probe(seq: int, dst: str = PROBE_MAC) -> bytes:
         mac = bytes.fromhex(PROBE_MAC.replace(":", ""))
-        frame = mac + mac + PROBE_ETHERTYPE.to_bytes(2, "big") + b"probe" + seq.to_bytes(8, "big")
+        to = bytes.fromhex(dst.replace(":", ""))
+        frame = to + mac + PROBE_ETHERTYPE.to_bytes(2, "big") + b"probe" + seq.to_bytes(8, "big")
         return frame.ljust(60, b"\0")
 
     def _collect(self, got: dict[int, list[bytes]], until_probe: int | None) -> None:
