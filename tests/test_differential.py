@@ -25,19 +25,15 @@ import grpc
 import pytest
 from conftest import require_bmv2_thrift
 from differential.targets import (
-    Bmv2OnVeths,
-    ModelOnVeths,
     ModelTarget,
     Replay,
     Target,
-    compiled_program,
+    differences,
     install_topology,
-    veth_problem,
+    veth_target_for,
 )
 from differential.traces import Topology, TraceBuilder, all_traces, default_topology
-from scapy.layers.l2 import Ether
 
-from ina.bench.bmv2 import bmv2_missing
 from ina.control import jobs
 from ina.control.jobs import install_job, remove_job
 from ina.control.p4rt import DELETE, INSERT, MODIFY, P4RuntimeError, UpdateError
@@ -48,36 +44,6 @@ from ina.switch_model.tables import JobSpec, WorkerAddress
 SEED = int(os.environ.get("INA_TRACE_SEED", "0"))  # another seed explores other traces
 TOPO = default_topology()
 TRACES = all_traces(TOPO, SEED)
-
-
-def describe(frame: bytes) -> str:
-    try:
-        return Ether(frame).summary()
-    except Exception:  # a frame scapy cannot parse is still worth showing
-        return f"{len(frame)} bytes"
-
-
-def differences(got: Replay, want: Replay, who: str) -> list[str]:
-    """What ``got`` (target ``who``) did differently from the model's ``want``."""
-    out = []
-    for port in sorted(set(got.outputs) | set(want.outputs)):
-        g, w = got.outputs.get(port, []), want.outputs.get(port, [])
-        for i, (a, b) in enumerate(zip(g, w, strict=False)):
-            if a != b:
-                at = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
-                out.append(
-                    f"port {port}, frame {i}: first difference at byte {at} (lengths "
-                    f"{len(a)} vs {len(b)})\n  {who}:  {describe(a)}\n    {a.hex()}\n"
-                    f"  model: {describe(b)}\n    {b.hex()}"
-                )
-                break
-        if len(g) != len(w):
-            out.append(f"port {port}: {who} sent {len(g)} frames, the model {len(w)}")
-    for key in sorted(set(got.counters) | set(want.counters)):
-        a, b = got.counters.get(key, (0, 0)), want.counters.get(key, (0, 0))
-        if a != b:
-            out.append(f"counter {key}: {who} {a}, model {b} (packets, bytes)")
-    return out
 
 
 # -- targets ----------------------------------------------------------------------------------
@@ -106,17 +72,7 @@ def model_replays(model):
 @pytest.fixture(scope="module", params=["model-veth", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def veth_target(request, tmp_path_factory):
     """A switch on veths: the model as a process (root), or BMv2 (root, tools on PATH)."""
-    why = veth_problem()
-    if why is not None:
-        pytest.skip(f"{request.param}: {why}")
-    if request.param == "bmv2":
-        why = bmv2_missing()
-        if why is not None:
-            pytest.skip(f"bmv2: {why}")
-        target = Bmv2OnVeths(TOPO.ports, compiled_program(request.config, tmp_path_factory))
-    else:
-        log = tmp_path_factory.mktemp("rawio") / "rawio.log"
-        target = ModelOnVeths(TOPO.ports, log)
+    target = veth_target_for(request.param, TOPO, request.config, tmp_path_factory)
     yield target
     target.close()
 

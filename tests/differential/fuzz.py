@@ -60,7 +60,7 @@ from ina.protocol import MAX_WORKERS, P4_LANES, UDP_PORT, Counter, Flag, Op
 from ina.scapy_layer import INA
 from ina.switch_model.tables import JobEntry, ParentEntry, WorkerAddress
 
-from .targets import ModelTarget, Target, VethTarget, install_topology
+from .targets import ModelTarget, Replay, Target, VethTarget, differences, install_topology
 from .traces import Topology, TraceBuilder
 
 REGRESSIONS = Path(__file__).parent / "regressions"
@@ -397,13 +397,6 @@ def _mask_unused_copies(registers: dict[str, int], slot_cells: list[int]) -> Non
                 registers.pop(f"{n}[{c}]", None)
 
 
-def describe(frame: bytes) -> str:
-    try:
-        return Ether(frame).summary()
-    except Exception:  # a frame scapy cannot parse is still worth showing
-        return f"{len(frame)} bytes"
-
-
 def compare(ref: Observation, got: Observation, who: str) -> list[str]:
     """What ``got`` (target ``who``) saw differently from the reference model's ``ref``.
     Statuses: against BMv2 success or failure only (its P4Runtime server, PI, answers other
@@ -412,22 +405,7 @@ def compare(ref: Observation, got: Observation, who: str) -> list[str]:
     out = []
     if ref.status != got.status and (who != "bmv2" or "OK" in (ref.status, got.status)):
         out.append(f"status: {who} {got.status}, model {ref.status}")
-    for port in sorted(set(ref.outputs) | set(got.outputs)):
-        g, w = got.outputs.get(port, []), ref.outputs.get(port, [])
-        for i, (a, b) in enumerate(zip(g, w, strict=False)):
-            if a != b:
-                at = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
-                out.append(
-                    f"frames port {port}: frame {i} differs at byte {at}\n"
-                    f"  {who}: {describe(a)}\n    {a.hex()}\n  model: {describe(b)}\n    {b.hex()}"
-                )
-                break
-        if len(g) != len(w):
-            out.append(f"frames port {port}: {who} sent {len(g)} frames, the model {len(w)}")
-    for key in sorted(set(ref.counters) | set(got.counters)):
-        a, b = got.counters.get(key, (0, 0)), ref.counters.get(key, (0, 0))
-        if a != b:
-            out.append(f"counter {key}: {who} {a}, model {b} (packets, bytes)")
+    out += differences(Replay(got.outputs, got.counters), Replay(ref.outputs, ref.counters), who)
     if ref.registers is not None and got.registers is not None:
         for key in sorted(set(ref.registers) | set(got.registers)):
             a, b = got.registers.get(key), ref.registers.get(key)
@@ -444,9 +422,11 @@ def summary(step: Step) -> str:
 
 
 def kind_of(difference: str) -> str:
-    """What a difference is about, for `shrink`: ``status``, ``frames port 2``, ``counter
-    ina_stats[4]``, ``register up_nonce`` (any cell)."""
+    """What a difference is about, for `shrink`: ``status``, ``port 2`` (its frames),
+    ``counter ina_stats[4]``, ``register up_nonce`` (any cell)."""
     head = difference.split(":", 1)[0]
+    if head.startswith("port "):
+        return head.split(",", 1)[0]  # "port 2, frame 3": any frame of the port
     return re.sub(r"\[\d+\]$", "", head) if head.startswith("register") else head
 
 

@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scapy.layers.l2 import Ether
 
 from ina import p4build
 from ina.bench.bmv2 import (
     Bmv2Switch,
     VethNamespace,
+    bmv2_missing,
     ensure_program,
     free_tcp_port,
     remove_all,
@@ -414,3 +416,51 @@ __all__ = [
     "install_topology",
     "veth_problem",
 ]
+
+
+def describe(frame: bytes) -> str:
+    try:
+        return Ether(frame).summary()
+    except Exception:  # a frame scapy cannot parse is still worth showing
+        return f"{len(frame)} bytes"
+
+
+def differences(got: Replay, want: Replay, who: str) -> list[str]:
+    """What ``got`` (target ``who``) did differently from the model's ``want``: frames per
+    port in order, byte for byte, and counters."""
+    out = []
+    for port in sorted(set(got.outputs) | set(want.outputs)):
+        g, w = got.outputs.get(port, []), want.outputs.get(port, [])
+        for i, (a, b) in enumerate(zip(g, w, strict=False)):
+            if a != b:
+                at = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
+                out.append(
+                    f"port {port}, frame {i}: first difference at byte {at} (lengths "
+                    f"{len(a)} vs {len(b)})\n  {who}:  {describe(a)}\n    {a.hex()}\n"
+                    f"  model: {describe(b)}\n    {b.hex()}"
+                )
+                break
+        if len(g) != len(w):
+            out.append(f"port {port}: {who} sent {len(g)} frames, the model {len(w)}")
+    for key in sorted(set(got.counters) | set(want.counters)):
+        a, b = got.counters.get(key, (0, 0)), want.counters.get(key, (0, 0))
+        if a != b:
+            out.append(f"counter {key}: {who} {a}, model {b} (packets, bytes)")
+    return out
+
+
+def veth_target_for(kind: str, topo, config, tmp_path_factory) -> Target:
+    """A switch on veths for ``topo``'s ports: ``model-veth`` (the model as a process, root)
+    or ``bmv2`` (root, tools on PATH); the test is skipped, with the reason, where it cannot
+    run."""
+    import pytest
+
+    why = veth_problem()
+    if why is not None:
+        pytest.skip(f"{kind}: {why}")
+    if kind == "bmv2":
+        why = bmv2_missing()
+        if why is not None:
+            pytest.skip(f"bmv2: {why}")
+        return Bmv2OnVeths(topo.ports, compiled_program(config, tmp_path_factory))
+    return ModelOnVeths(topo.ports, tmp_path_factory.mktemp("rawio") / "rawio.log")
