@@ -50,7 +50,9 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is not None:  # called from Python: the subcommands' parsers read sys.argv too
+        sys.argv = [sys.argv[0] if sys.argv else "ina", *argv]
+    argv = sys.argv[1:]
     parser = argparse.ArgumentParser(prog="ina", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"ina {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

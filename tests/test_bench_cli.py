@@ -26,7 +26,7 @@ def test_unknown_benchmark_option_is_a_usage_error(capsys):
 
 def test_bench_all_takes_no_options(capsys):
     assert ina_main(["bench", "all", "--quick"]) == 2
-    assert capsys.readouterr().err.startswith("ina bench: `ina bench all` runs every")
+    assert capsys.readouterr().err.startswith("ina bench all: `ina bench all` runs every")
 
 
 def test_result_copies_parses_its_options():
@@ -55,4 +55,4 @@ def test_bench_sim_bad_sizes_are_usage_errors(option, says, capsys):
     """Checked before anything runs: one line, exit 2, no traceback."""
     assert ina_main(["bench", "sim", "--no-train", *option]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ina bench: ") and says in err and "Traceback" not in err
+    assert err.startswith("ina bench sim: ") and says in err and "Traceback" not in err

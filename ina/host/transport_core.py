@@ -186,8 +186,12 @@ class WorkerConfig:
     window_control: bool = True  # adapt the window to the queueing delay (else: the pool)
     queue_target: float = 3.0  # queueing delay allowed, in base round trips
     # resend a chunk at once when results for chunks sent well after it are in (else: only
-    # on its timeout)
-    early_retransmit: bool = True
+    # on its timeout), and probe the call's last window two round trips after its send
+    # (RFC 8985's tail loss probe). Off by default: with them, the ns-3 backend and the fast
+    # engine part ways under tail drops (docs/simulation.md, "Limits"), which they do not
+    # without; `ina sim ... --early-retransmit` turns both on.
+    early_retransmit: bool = False
+    tail_probe: bool = False
 
     def __post_init__(self) -> None:
         # worker_id is the worker's bit on its own switch; num_workers counts the whole job,
@@ -701,7 +705,7 @@ class TransportCore:
         """The tail began (or its first round trip was measured) at ``at``: every chunk in
         flight gets a tail loss probe, from then at the earliest (a probe is not a late
         timeout)."""
-        if srtt > 0 and not call.probing:
+        if srtt > 0 and not call.probing and self.cfg.tail_probe:
             call.probing = True
             lo, hi = self._span(call)
             flying = lo + np.flatnonzero(call.deadline[lo:hi] < np.inf)

@@ -160,6 +160,7 @@ class NetworkSpec:
     rto_s: float | None = None
     min_rto_s: float | None = None
     max_rto_s: float = 1.0
+    early_retransmit: bool = False  # RACK and tail loss probes (WorkerConfig)
     timeout_s: float = 10.0
     # Timing only: one representative worker stands for all ``workers`` (see `build`); needs
     # every worker's links alike and deterministic, allows any number of workers.
@@ -291,6 +292,8 @@ class NetworkSpec:
             # a path slower than max_rto's round trip (kbit/s links, a full pool of big
             # packets) raises the ceiling rather than the timeouts failing their check
             max_rto=max(self.max_rto_s, rto, min_rto),
+            early_retransmit=self.early_retransmit,
+            tail_probe=self.early_retransmit,
             timeout=self.timeout_s,
         )
 

@@ -83,6 +83,12 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
         help="lower bound of the adaptive timeout (default: 5 of the path's round trips, at "
         "least 20 us; see --rto)",
     )
+    g.add_argument(
+        "--early-retransmit",
+        action="store_true",
+        help="resend a chunk once later chunks' results show it lost, and probe a call's "
+        "last window (RACK, RFC 8985), before the timeout",
+    )
 
 
 def network_spec(
@@ -137,6 +143,7 @@ def network_spec(
         backend=getattr(args, "sim_backend", "fast"),
         rto_s=rto,
         min_rto_s=min_rto,
+        early_retransmit=getattr(args, "early_retransmit", False),
         timing_only=timing_only,
         topology=topology,
     )
