@@ -25,11 +25,20 @@ def enabled() -> bool:
 def bar(total: int | None, desc: str, unit: str = "run") -> tqdm:
     """A progress bar of ``total`` steps (``bar.update(n)`` as they finish); a no-op object
     when progress is off."""
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled(), leave=False,
-                file=sys.stderr, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        disable=not enabled(),
+        leave=False,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
 
-def track(items: Iterable[T], desc: str, total: int | None = None, unit: str = "run") -> Iterator[T]:
+def track(
+    items: Iterable[T], desc: str, total: int | None = None, unit: str = "run"
+) -> Iterator[T]:
     """Iterate ``items`` with a bar (see :func:`bar`)."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]

@@ -233,10 +233,9 @@ def simulate_allreduce(
 ) -> float:
     """Median simulated seconds per call, on the same network (``latency_s``: the switch's,
     `host_round_trip`)."""
+    from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
     from ina.sim.allreduce import run
     from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
-
-    from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
 
     link = LinkSpec(rate_bps=rate_bps, prop_delay_s=0.0, profile=profile)
     # the wall clock's timers: the measured side runs with them, on a host with jitter
@@ -281,9 +280,7 @@ def _train(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default="2,4", help="worker counts, comma list")
-    p.add_argument(
-        "--rates", default="10M,25M,50M", help="link rates with their unit, comma list"
-    )
+    p.add_argument("--rates", default="10M,25M,50M", help="link rates with their unit, comma list")
     p.add_argument("--profiles", default="none,low", help="delay profiles, comma list")
     p.add_argument("--size", type=int, default=SIZE, help="float32 values per allreduce")
     p.add_argument(
