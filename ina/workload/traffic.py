@@ -49,8 +49,10 @@ def summary_lines(s: dict | None, width: int = 28) -> list[str]:
     """The summary's lines about compression (none for a dense run without a delay)."""
     if not s:
         return []
-    lines = []
     method = s["compressor"] or s["compression"] or "dense"
+    if method == "dense" and s.get("delay", "none") in (None, "none"):
+        return []  # nothing was compressed, and the summary shows the bytes sent already
+    lines = []
     args = ", ".join(s["compressor_args"])
     if s["compression"] == "dc2":
         params = ", ".join(f"{k}={v:g}" for k, v in s["law_params"].items())
