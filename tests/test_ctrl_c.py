@@ -103,3 +103,11 @@ def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path, argv, started, want_
     _, err = interrupt(tmp_path, argv, started, want_children)
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == f"{command}: interrupted", err[-3000:]
+
+
+def test_ctrl_c_in_a_parallel_experiment_stops_its_worker_processes(tmp_path):
+    argv = ["experiment", "dc2", "--sim", "--workloads", "mnist1d", "--scenarios", "quiet-dc",
+            "--levels", "0.1", "--laws", "ownq", "--parallel", "2", "--out", str(tmp_path / "o")]  # fmt: skip
+    _, err = interrupt(tmp_path, argv, "runs", 2)
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "ina experiment dc2: interrupted", err[-3000:]
