@@ -5,8 +5,10 @@
     ina counters    read a switch's aggregation counters over P4Runtime (once or live)
     ina train       data-parallel training with gradients summed in the (simulated) switch
     ina bench       benchmarks (switch throughput, compression, BMv2)
-    ina experiment  experiments (dc2: time to accuracy under delay variation)
-    ina sim         the virtual-time simulator (allreduce, validate)
+    ina experiment  experiments (dc2, dc2-bound, grace, stragglers)
+    ina sim         the virtual-time simulator (allreduce, train, compare, validate, ...)
+    ina reproduce   a seed paper's headline experiment, with verdicts
+    ina workloads   the model zoo
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``main(args)``;
 this file only maps names to modules, importing a module when its command runs. Bad input
@@ -27,8 +29,8 @@ COMMANDS = {
     "counters": ("ina.control.counters_cli", "read a switch's counters over P4Runtime"),
     "train": ("ina.train_cli", "train a PyTorch model with gradients summed in the switch"),
     "bench": ("ina.bench.cli", "run benchmarks"),
-    "experiment": ("ina.experiments.cli", "run an experiment (dc2: delay-aware compression)"),
-    "sim": ("ina.sim.cli", "simulate in virtual time (allreduce, validate)"),
+    "experiment": ("ina.experiments.cli", "run an experiment (dc2, dc2-bound, grace, stragglers)"),
+    "sim": ("ina.sim.cli", "simulate in virtual time (allreduce, train, compare, validate, ...)"),
     "reproduce": ("ina.experiments.reproduce.cli", "re-run a seed paper's headline experiment"),
     "workloads": ("ina.workload.cli", "list the model zoo"),
 }
