@@ -96,7 +96,7 @@ class Config:
 def parse_configs(text: str) -> list[Config]:
     """``dense,fixed:0.01,aimd,target:initial=0.01`` -> configurations; raises ValueError on a
     bad one."""
-    from ina.control.dc2.laws import LAWS, law_params
+    from ina.control.dc2.laws import LAWS, law_params, make_law
 
     out = []
     for spec in (s.strip() for s in text.split(",") if s.strip()):
@@ -116,7 +116,7 @@ def parse_configs(text: str) -> list[Config]:
                     "with law parameters: target:initial=0.01:min_density=0.01"
                 )
             try:
-                LAWS[cfg.law](**law_params(cfg.law_params))
+                make_law(cfg.law, **law_params(cfg.law_params))
             except (TypeError, ValueError) as e:
                 raise ValueError(f"configuration {spec!r}: {e}") from None
         out.append(cfg)

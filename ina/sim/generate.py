@@ -528,23 +528,24 @@ def parse_seed(text: str) -> int:
     return n
 
 
-def parse_families(text: str) -> list[str]:
-    """``--families``: names of `FAMILIES`, comma-separated (UsageError for an unknown one)."""
+def _names(text: str, known, what: str) -> list[str]:
+    """A comma-separated list of names out of ``known`` (UsageError for an unknown one)."""
     names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in FAMILIES]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise UsageError(f"unknown family {', '.join(map(repr, unknown)) or repr(text)}; "
-                         f"known: {', '.join(FAMILIES)}")  # fmt: skip
+        raise UsageError(f"unknown {what} {', '.join(map(repr, unknown)) or repr(text)}; "
+                         f"known: {', '.join(known)}")  # fmt: skip
     return names
+
+
+def parse_families(text: str) -> list[str]:
+    """``--families``: names of `FAMILIES`."""
+    return _names(text, FAMILIES, "family")
 
 
 def parse_workloads(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in STEPS]
-    if unknown or not names:
-        raise UsageError(f"unknown workload {', '.join(map(repr, unknown)) or repr(text)}; "
-                         f"known: {', '.join(STEPS)}")  # fmt: skip
-    return names
+    """``--workloads``: names of `STEPS`."""
+    return _names(text, STEPS, "workload")
 
 
 # -- the command ------------------------------------------------------------------------------

@@ -175,12 +175,12 @@ def prepare(args: argparse.Namespace):
     bpv = PRECISIONS[work.precision]
     params = law_params(args.law_param)
     if args.law:
-        from ina.control.dc2.laws import LAWS
+        from ina.control.dc2.laws import LAWS, make_law
 
         if args.law not in LAWS:
             raise ValueError(f"unknown --law {args.law!r}; known: {', '.join(sorted(LAWS))}")
         try:
-            LAWS[args.law](**params)
+            make_law(args.law, **params)
         except (TypeError, ValueError) as e:
             raise ValueError(f"--law {args.law} --law-param: {e}") from None
     elif params:

@@ -32,6 +32,7 @@ The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are 
 from __future__ import annotations
 
 import abc
+import inspect
 import math
 from typing import ClassVar
 
@@ -130,13 +131,29 @@ register_law = registrar(LAWS, "control law")
 """Class decorator: ``@register_law("name")`` makes a law available to `make_law`."""
 
 
+def law_parameters(name: str) -> list[str]:
+    """The parameters law ``name``'s constructor takes, in its order."""
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    sig = inspect.signature(LAWS[name].__init__)
+    return [n for n, p in sig.parameters.items() if n != "self" and p.kind in kinds]
+
+
 def make_law(name: str, **params: float) -> ControlLaw:
-    """A new law by registry name (``fixed``, ``aimd``, ``target``) with its parameters."""
+    """A new law by registry name (``fixed``, ``aimd``, ``target``) with its parameters;
+    ValueError naming an unknown law or parameter (with the law's parameters), or the law
+    and what its constructor refused."""
+    if name not in LAWS:
+        raise ValueError(f"unknown control law {name!r}; known: {sorted(LAWS)}")
+    known = law_parameters(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{name} has no parameter {', '.join(unknown)}; its parameters: {', '.join(known)}"
+        )
     try:
-        cls = LAWS[name]
-    except KeyError:
-        raise ValueError(f"unknown control law {name!r}; known: {sorted(LAWS)}") from None
-    return cls(**params)
+        return LAWS[name](**params)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
 
 
 _TINY_DELAY = 1e-12  # keeps log(q / target) finite; any real delay is far larger
