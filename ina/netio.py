@@ -25,6 +25,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _HAVE_MMSG = sys.platform.startswith("linux") and hasattr(_libc, "recvmmsg")
 
 MSG_DONTWAIT = 0x40
+MSG_TRUNC = 0x20  # in recvmmsg's flags: report a datagram's whole length, however long
 SOCKET_BUFFER_BYTES = 16 * 1024 * 1024  # the default ~208 KiB overflows at once under load
 
 # struct mmsghdr { struct msghdr { void *name; socklen_t namelen; struct iovec *iov;
@@ -149,23 +150,25 @@ class BatchSocket:
 
     def recv_batch(self) -> np.ndarray:
         """Datagrams waiting now (no blocking): their lengths; data in ``self.rx`` rows and
-        senders in ``self.rx_from``. Datagrams longer than ``stride`` come back truncated
-        with length ``stride + 1`` so that validation drops them."""
+        senders in ``self.rx_from``. A datagram longer than ``stride`` comes back cut to
+        ``stride`` bytes with its whole length (MSG_TRUNC: a switch answers a JOIN of any
+        size from its header); without recvmmsg, with length ``stride + 1``."""
         if _HAVE_MMSG:
             self._rx_hdr["namelen"] = 16
             self._rx_hdr["flags"] = 0
             n = _libc.recvmmsg(
-                self.fd, ctypes.c_void_p(_addr(self._rx_hdr)), self.batch, MSG_DONTWAIT, None
+                self.fd,
+                ctypes.c_void_p(_addr(self._rx_hdr)),
+                self.batch,
+                MSG_DONTWAIT | MSG_TRUNC,
+                None,
             )
             if n < 0:
                 e = ctypes.get_errno()
                 if e in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, errno.ECONNREFUSED):
                     return np.zeros(0, np.int64)
                 raise OSError(e, os.strerror(e))
-            lengths = self._rx_hdr["len"][:n].astype(np.int64)
-            truncated = (self._rx_hdr["flags"][:n] & 0x20) != 0  # MSG_TRUNC
-            lengths[truncated] = self.stride + 1
-            return lengths
+            return self._rx_hdr["len"][:n].astype(np.int64)
         return self._recv_fallback()
 
     def _recv_fallback(self) -> np.ndarray:

@@ -70,7 +70,10 @@ class Op(enum.IntEnum):
     SUM = 1  # int32 add with wrap-around
     OR = 2  # bitwise or (index bitmaps of the homomorphic compressor)
     MAX = 3  # signed int32 max (per-chunk exponents)
-    JOIN = 4  # join a new run of the job: ``seq`` is the worker's nonce, lanes are ignored
+    # join a new run of the job: ``seq`` is the worker's nonce, ``slot`` its pool's last slot
+    # (pool_size - 1) and ``num_lanes`` its lanes per packet, which the switch checks against
+    # the job's (else REJECT); lanes are ignored
+    JOIN = 4
 
 
 class Flag(enum.IntFlag):
@@ -80,6 +83,9 @@ class Flag(enum.IntFlag):
     RETX = 0x02  # worker -> switch: a retransmission (diagnostic; the switch does not need it)
     SHADOW = 0x04  # which of the slot's two shadow copies this packet belongs to
     PENDING = 0x08  # switch -> worker: reply to a retransmission into a slot still incomplete
+    # switch -> worker: a JOIN refused because the worker's pool or lanes are not the job's;
+    # a header without lanes whose ``slot`` and ``num_lanes`` hold the switch's values
+    REJECT = 0x10
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,8 @@ LANE_DTYPE = np.dtype(">i4")  # lanes on the wire
 class DropReason(enum.IntEnum):
     """Why the switch dropped an INA packet; each has a counter."""
 
-    MALFORMED = 0  # wrong version/op/length, or a RESULT/PENDING packet sent to the switch
+    MALFORMED = 0  # wrong version/op/length, or a REJECT (or, to a switch with no parent for
+    # the job, a RESULT/PENDING) sent to the switch
     UNKNOWN_JOB = 1  # job_id not installed
     BAD_WORKER = 2  # worker_id >= the job's num_workers
     BAD_SLOT = 3  # slot >= the job's pool_size, or slot/SHADOW not those of seq
@@ -150,6 +157,7 @@ class Counter(enum.IntEnum):
     JOINS = 12  # JOIN requests counted into a run's join (not duplicates)
     RUNS = 13  # runs whose workers all joined (one per run, like RESULTS per slot)
     UP_PACKETS = 14  # packets a leaf sent to its parent switch (partial sums, re-sends, joins)
+    JOIN_REJECTS = 15  # JOINs refused (REJECT): the worker's pool or lanes differ from the job's
 
 
 NUM_COUNTERS = len(Counter)

@@ -329,18 +329,18 @@ def parent_entry_back_mid_run(target: Target) -> tuple[Replay, int]:
     b = TraceBuilder(TOPO, random.Random(f"{SEED}:parent-back"))
     spine = spec.parent
     parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
-    b.ina(6, 0, 0xA0, op=Op.JOIN, slot=0)
-    b.ina(6, 1, 0xB1, op=Op.JOIN, slot=0)  # complete: UP with 0xB1
-    b.ina(6, 0, 0xB1, op=Op.JOIN, slot=0, sender=parent, flags=Flag.RESULT, epoch=5)
+    b.ina(6, 0, 0xA0, op=Op.JOIN)
+    b.ina(6, 1, 0xB1, op=Op.JOIN)  # complete: UP with 0xB1
+    b.ina(6, 0, 0xB1, op=Op.JOIN, sender=parent, flags=Flag.RESULT, epoch=5)
     first = target.run(b.frames)
     conn.write([conn.update(DELETE, _parent_entity(conn, spec.parent))])
     b.frames.clear()
-    b.ina(6, 0, 0xC2, op=Op.JOIN, slot=0)  # no parent now: a flat new run
+    b.ina(6, 0, 0xC2, op=Op.JOIN)  # no parent now: a flat new run
     second = target.run(b.frames)
     conn.write([conn.update(INSERT, _parent_entity(conn, spec.parent))])
     b.frames.clear()
-    b.ina(6, 1, 0xD3, op=Op.JOIN, slot=0)  # completes the local join, the parent back
-    b.ina(6, 1, 0xD3, op=Op.JOIN, slot=0, flags=Flag.RETX)  # and asks again
+    b.ina(6, 1, 0xD3, op=Op.JOIN)  # completes the local join, the parent back
+    b.ina(6, 1, 0xD3, op=Op.JOIN, flags=Flag.RETX)  # and asks again
     third = target.run(b.frames)
     outputs = {p: first.get(p, []) + second.get(p, []) + third.get(p, [])
                for p in {*first, *second, *third}}  # fmt: skip

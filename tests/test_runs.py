@@ -9,6 +9,7 @@ a switch process as users run it (library and CLI), and on the wire.
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 from ina.host.allreduce import Worker
 from ina.host.allreduce_cmd import worker_configs
 from ina.host.launch import LocalSwitch, local_jobs
-from ina.host.transport import Transport
+from ina.host.transport import JoinRejected, Transport
 from ina.protocol import Counter, Flag, Header, Op, decode_packet, encode_packet
 from ina.switch_model.pipeline import MULTICAST, Pipeline
 from ina.switch_model.run import install_job_spec
@@ -35,8 +36,16 @@ def pipeline_with_job(num_workers: int = 3, pool_size: int = 4) -> Pipeline:
     return p
 
 
-def join(p: Pipeline, w: int, nonce: int, retx: bool = False):
-    h = Header(op=Op.JOIN, worker_id=w, job_id=1, seq=nonce, flags=Flag.RETX if retx else 0)
+def join(p: Pipeline, w: int, nonce: int, retx: bool = False, pool_size: int = 4):
+    h = Header(
+        op=Op.JOIN,
+        worker_id=w,
+        job_id=1,
+        seq=nonce,
+        flags=Flag.RETX if retx else 0,
+        slot=pool_size - 1,
+        num_lanes=LANES,
+    )
     return p.process(encode_packet(h, np.zeros(LANES, np.int32)))
 
 
@@ -233,3 +242,46 @@ def test_on_the_wire_an_old_runs_packet_is_dropped_and_counted(harness_factory):
         np.testing.assert_array_equal(new[w][0], x[0] + x[1])
         np.testing.assert_array_equal(new[w][1], x[0] + x[1])
     assert int(h.pipeline.counters.stats[Counter.DROP_STALE, 0]) == stale_before + 1
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"pool_size": 8}, "a pool of 4 slots (this worker: 8)"),
+        ({"lanes": 8}, "16 lanes per packet (this worker: 8)"),
+        ({"lanes": 32}, "16 lanes per packet (this worker: 32)"),
+        ({"lanes": 32, "pool_size": 2}, "a pool of 4 slots (this worker: 2) and 16 lanes"),
+    ],
+)
+def test_a_worker_configured_otherwise_than_the_job_is_refused_naming_both(
+    harness_factory, change, says
+):
+    # the join would wait 60 s for the missing worker: a JoinRejected can only come from
+    # the switch's REJECT, on the first reply
+    h = harness_factory(2, lanes=16, pool_size=4)
+    cfg = h.config(0, timeout=60.0, rto=0.05, **change)
+    with Worker(cfg) as worker, pytest.raises(JoinRejected, match=re.escape(says)) as e:
+        worker.allreduce(np.ones(10, np.float32))
+    assert worker.stats.retransmissions == 0
+    assert "refused to join the run" in str(e.value)
+    stats = h.pipeline.counters.stats
+    assert stats[Counter.JOIN_REJECTS, 0] == 1 and stats[Counter.JOINS, 0] == 0
+    # the job is untouched: its workers, configured right, still join and sum
+    res = h.run(lambda w: Worker(h.config(w)).allreduce(np.full(10, w + 1, np.float32)))
+    assert all(np.array_equal(r, np.full(10, 3, np.float32)) for r in res.values())
+
+
+@pytest.mark.network
+def test_ina_allreduce_with_other_lanes_than_the_switch_says_so_in_one_line(tmp_path):
+    jobs = local_jobs(2, 64)
+    jobs_file = tmp_path / "jobs.json"
+    save_jobs(jobs_file, jobs)
+    with LocalSwitch(jobs, lanes=256, grpc=False) as sw:
+        host, port = sw.address
+        cmd = [sys.executable, "-m", "ina", "allreduce", "--switch", f"{host}:{port}"]
+        cmd += ["--jobs", str(jobs_file), "--lanes", "32", "--timeout", "60"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "256 lanes per packet (this worker: 32)" in r.stderr

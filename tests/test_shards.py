@@ -64,7 +64,8 @@ def packet_stream(specs: list[JobSpec], ref: Pipeline, rng: np.random.Generator,
     for spec in specs:
         for w in range(spec.num_workers):
             h = Header(op=Op.JOIN, worker_id=w, job_id=spec.job_id, seq=100 + w)
-            yield encode_packet(dataclasses.replace(h, num_lanes=LANES), np.zeros(LANES))
+            h = dataclasses.replace(h, num_lanes=LANES, slot=spec.pool_size - 1)
+            yield encode_packet(h, np.zeros(LANES))
     base = {s.job_id: 0 for s in specs}
     for _ in range(n):
         spec = specs[int(rng.integers(len(specs)))]
@@ -73,7 +74,14 @@ def packet_stream(specs: list[JobSpec], ref: Pipeline, rng: np.random.Generator,
         if r < 0.003:  # a worker restarts: a new run
             w = int(rng.integers(spec.num_workers))
             nonce = int(rng.integers(1 << 31))
-            h = Header(op=Op.JOIN, worker_id=w, job_id=spec.job_id, seq=nonce, num_lanes=LANES)
+            h = Header(
+                op=Op.JOIN,
+                worker_id=w,
+                job_id=spec.job_id,
+                seq=nonce,
+                num_lanes=LANES,
+                slot=spec.pool_size - 1,
+            )
         elif r < 0.02:
             yield rng.integers(0, 256, int(rng.integers(0, 12)), np.uint8).tobytes()
             continue

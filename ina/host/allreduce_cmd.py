@@ -21,7 +21,7 @@ import numpy as np
 
 from ina import progress
 from ina.errors import HelpFormatter, UsageError, run_command, whole_number
-from ina.host.transport import WorkerConfig
+from ina.host.transport import JoinRejected, WorkerConfig
 from ina.procs import parent_handles_ctrl_c
 from ina.protocol import MAX_LANES, MAX_WORKERS
 from ina.switch_model.run import MAX_POOL
@@ -91,6 +91,10 @@ PROGRESS = "call done"  # a worker's message after each allreduce, for the progr
 def _worker_main(cfg: WorkerConfig, size: int, iters: int, seed: int, q, rank=None) -> None:
     try:
         q.put(run_worker(cfg, size, iters, seed, rank, on_call=lambda: q.put(PROGRESS)))
+    except JoinRejected as e:  # the switch's job is configured otherwise: say how
+        q.put(
+            {"worker": cfg.worker_id, "error": f"{type(e).__name__}: {e}", "rejected": e.differ()}
+        )
     except Exception as e:  # report, never hang the parent
         q.put({"worker": cfg.worker_id, "error": f"{type(e).__name__}: {e}"})
 
@@ -292,6 +296,12 @@ def main(args: argparse.Namespace) -> int:
             cfgs = [dataclasses.replace(c, num_workers=args.world) for c in cfgs]
             ranks = [args.rank]
         reports = run_workers(cfgs, args.size, args.iters, args.seed, timeout=600, ranks=ranks)
+        rejected = [r["rejected"] for r in reports if "rejected" in r]
+        if rejected:  # a configuration that cannot work, whatever the network does
+            raise UsageError(
+                f"the switch refused to join job {spec.job_id}: {rejected[0]} "
+                f"(--lanes, and the pool in {args.jobs}, must be the switch's)"
+            )
         return 0 if print_report(reports, args.size, None) else 1
 
     from ina.host.launch import LocalSwitch, SwitchStartError, local_jobs

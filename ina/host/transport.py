@@ -21,6 +21,7 @@ import numpy as np
 
 from ina.host.rounds import Reduced, Round
 from ina.host.transport_core import (
+    JoinRejected,
     JoinTimeout,
     ReduceTimeout,
     TransportCore,
@@ -33,6 +34,7 @@ from ina.protocol import Op
 ReduceResult = Reduced  # the name callers used before rounds became generic
 
 __all__ = [
+    "JoinRejected",
     "JoinTimeout",
     "ReduceResult",
     "ReduceTimeout",

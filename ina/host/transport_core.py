@@ -153,6 +153,7 @@ INITIAL_WINDOW = 8  # chunks: a whole pool at once can queue past the first time
 RECENT_SAMPLES = 8
 _REPLY = int(Flag.RESULT | Flag.PENDING)
 _RESULT = int(Flag.RESULT)  # (a plain int: an enum in a numpy expression costs ~10 us)
+_REJECT = int(Flag.REJECT)
 _JOIN = int(Op.JOIN)
 
 
@@ -162,6 +163,28 @@ class ReduceTimeout(TimeoutError):
 
 class JoinTimeout(ReduceTimeout):
     """The run's workers did not all join in time; the message names the missing ones."""
+
+
+class JoinRejected(ValueError):
+    """The switch refused the worker's JOIN: the job there has another pool or other lanes
+    per packet than the worker's configuration; the message names both."""
+
+    def __init__(self, job_id: int, worker_id: int, switch: tuple[int, int], ours: tuple[int, int]):
+        self.job_id, self.worker_id = job_id, worker_id
+        self.switch_pool, self.switch_lanes = switch
+        self.pool, self.lanes = ours
+        super().__init__(
+            f"job {job_id}, worker {worker_id}: the switch refused to join the run: {self.differ()}"
+        )
+
+    def differ(self) -> str:
+        """What differs, both values each: 'its job has ... (this worker: ...)'."""
+        parts = []
+        if self.switch_pool != self.pool:
+            parts.append(f"a pool of {self.switch_pool} slots (this worker: {self.pool})")
+        if self.switch_lanes != self.lanes:
+            parts.append(f"{self.switch_lanes} lanes per packet (this worker: {self.lanes})")
+        return "its job has " + (" and ".join(parts) or "another configuration")
 
 
 @dataclass(frozen=True)
@@ -523,6 +546,8 @@ class TransportCore:
             self.stats.ignored += k
             return
         hdr = rx[:k, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(k)
+        if self._join is not None:
+            self._check_rejected(hdr, lengths)
         ours = (
             (lengths == self.pb)
             & (hdr["version"] == VERSION)
@@ -553,6 +578,9 @@ class TransportCore:
         h["worker_id"] = self.cfg.worker_id
         h["job_id"] = self.cfg.job_id
         h["seq"] = self.nonce
+        # what the switch checks against the job: our pool (its last slot) and lanes
+        h["slot"] = self.cfg.pool_size - 1
+        h["num_lanes"] = self.cfg.lanes
         tx = np.zeros((1, self.pb), np.uint8)
         tx[0, :HEADER_BYTES] = h.view(np.uint8)
         self._join = _Join(tx, now, now + self.rto)
@@ -580,6 +608,29 @@ class TransportCore:
         self.rto = min(2 * self.rto, self.cfg.max_rto)
         j.deadline = now + min(self.rto * 2.0 ** (j.retries - 1), self.cfg.max_rto)
         self._resend_join(now)
+
+    def _check_rejected(self, hdr: np.ndarray, lengths: np.ndarray) -> None:
+        """Raise `JoinRejected` if the switch refused our JOIN (a header without lanes)."""
+        mine = (
+            (lengths == HEADER_BYTES)
+            & (hdr["version"] == VERSION)
+            & (hdr["op"] == _JOIN)
+            & ((hdr["flags"] & _REJECT) != 0)
+            & (hdr["job_id"] == self.cfg.job_id)
+            & (hdr["worker_id"] == self.cfg.worker_id)
+            & (hdr["seq"] == self.nonce)
+        )
+        if not mine.any():
+            return
+        r = hdr[int(np.argmax(mine))]
+        cfg = self.cfg
+        self._abort()
+        raise JoinRejected(
+            cfg.job_id,
+            cfg.worker_id,
+            (int(r["slot"]) + 1, int(r["num_lanes"])),
+            (cfg.pool_size, cfg.lanes),
+        )
 
     def _receive_join(self, replies: np.ndarray, times: np.ndarray) -> None:
         j = self._join

@@ -45,4 +45,8 @@ const bit<32> FORWARD_TABLE_SIZE = 1024;
 const packet_length_t INA_UDP_LENGTH =
     UDP_HEADER_BYTES + INA_HEADER_BYTES + INA_LANE_BYTES * (packet_length_t) P4_LANES;
 
+// A REJECT carries the INA header alone: its UDP length, and its frame (Ethernet + IPv4 +
+// UDP + INA header), to which WorkerRewrite truncates it.
+const packet_length_t INA_REJECT_UDP_LENGTH = UDP_HEADER_BYTES + INA_HEADER_BYTES;
+const bit<32> INA_REJECT_FRAME_BYTES = 14 + 20 + (bit<32>) INA_REJECT_UDP_LENGTH;
 #endif  // INA_CONFIGURATION_P4

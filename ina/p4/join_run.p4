@@ -19,6 +19,9 @@
 // num_workers) leaves as RESULT to the job's multicast group. Every JOIN reply carries the
 // run's epoch (ResultEmit writes meta.epoch into the header) and echoes exp, level and the
 // lanes.
+// REJECT: a worker's JOIN whose num_lanes is not P4_LANES or whose slot is not the job's last
+// (pool_size - 1): the worker is configured with other lanes or another pool than the job;
+// it is never counted, and ResultEmit tells the worker the job's values.
 // A data packet must carry the job's current epoch, else it is from another run: STALE;
 // except a packet of the run just before (epoch + 1 == the current one), which SlotState
 // answers from a complete copy of that run and drops otherwise: a late worker of the last
@@ -83,6 +86,9 @@ control JoinRun(in ina_h ina,
                     meta.slot_action = slot_action_t.DUPLICATE;
                     meta.complete = true;
                 }
+            } else if (ina.num_lanes != P4_LANES
+                       || (pool_index_t) ina.slot + 1 != meta.pool_size) {
+                meta.slot_action = slot_action_t.REJECT;
             } else {
                 register_index_t cell = job * INA_MAX_WORKERS
                                         + (register_index_t) ina.worker_id;

@@ -12,7 +12,11 @@
 //                                           port it came in on;
 //   DUPLICATE into an incomplete slot        PENDING, same way back, its own lanes unchanged
 //                                           and the slot's bitmap, so that the worker can
-//                                           name the workers still missing.
+//                                           name the workers still missing;
+//   REJECT (a JOIN, JoinRun)                 the request's header, same way back, with
+//                                           flags = REJECT, slot = the job's pool_size - 1
+//                                           and num_lanes = P4_LANES (WorkerRewrite cuts
+//                                           the lanes off), nothing else changed.
 // Every reply is the request's INA header with: flags = RESULT or PENDING, plus the
 // request's SHADOW bit (RETX is cleared); bitmap, exp and level = the slot copy's after this
 // packet (for a JOIN: the join bitmap, the request's exp and level); epoch = the run's.
@@ -33,7 +37,13 @@ control ResultEmit(inout ina_h ina,
                    inout standard_metadata_t standard_metadata) {
     apply {
         flags_t shadow = ina.flags & FLAG_SHADOW;
-        if (meta.slot_action != slot_action_t.DOWN && meta.has_parent && meta.complete
+        if (meta.slot_action == slot_action_t.REJECT) {
+            meta.reply = reply_t.REJECT;
+            standard_metadata.egress_spec = standard_metadata.ingress_port;
+            ina.flags = FLAG_REJECT;
+            ina.slot = (slot_t) (meta.pool_size - 1);
+            ina.num_lanes = P4_LANES;
+        } else if (meta.slot_action != slot_action_t.DOWN && meta.has_parent && meta.complete
                 && !meta.down) {
             meta.reply = reply_t.UP;
             standard_metadata.egress_spec = meta.up_port;
@@ -60,7 +70,7 @@ control ResultEmit(inout ina_h ina,
             meta.reply = reply_t.NONE;
             mark_to_drop(standard_metadata);
         }
-        if (meta.reply != reply_t.NONE) {
+        if (meta.reply != reply_t.NONE && meta.reply != reply_t.REJECT) {
             ina.bitmap = meta.bitmap;
             ina.exp = meta.exp;
             ina.level = meta.level;

@@ -20,7 +20,7 @@ counter(WORKER_COUNTER_SIZE, CounterType.packets_and_bytes) worker_contributions
 // Per INA packet: PACKETS_IN, and then exactly one of
 //   a drop counter (COUNTER_DROP_FIRST + drop reason),
 //   DUPLICATES, plus RETX_REPLIES (stored result sent again) or PENDING_REPLIES,
-//   for a JOIN: JOINS, plus RUNS if it completed the run's join,
+//   for a JOIN: JOINS, plus RUNS if it completed the run's join; JOIN_REJECTS if refused,
 //   for data: AGGREGATED and the worker's worker_contributions cell, plus RESULTS if it
 //   completed the slot (once per slot, however many copies leave),
 //   for a parent's result taken in by a leaf (DOWN): RESULTS (data) or RUNS (JOIN),
@@ -40,6 +40,8 @@ control Stats(in ina_h ina, in metadata_t meta) {
             } else {
                 ina_stats.count(COUNTER_RESULTS);
             }
+        } else if (meta.slot_action == slot_action_t.REJECT) {
+            ina_stats.count(COUNTER_JOIN_REJECTS);
         } else if (meta.slot_action == slot_action_t.DUPLICATE) {
             ina_stats.count(COUNTER_DUPLICATES);
             if (meta.reply == reply_t.RESULT_UNICAST) {

@@ -33,14 +33,15 @@ typedef bit<8>  truth_t;           // a yes/no register cell (0 or 1): slot_down
 // -- Internal decisions (metadata only, never on the wire) -----------------------------------
 
 // SlotState's verdict on a packet for its slot copy (ina/switch_model/pipeline.py, stage 5),
-// and JoinRun's on a JOIN for its job's run join (stage 4): the same four outcomes.
+// and JoinRun's on a JOIN for its job's run join (stage 4): the same outcomes, and REJECT.
 enum bit<3> slot_action_t {
     NONE       = 0,  // not decided: the packet was dropped before SlotState
     NEW        = 1,  // first contribution of a newer generation: lanes are written
     STALE      = 2,  // older generation than the copy's: dropped
     DUPLICATE  = 3,  // this worker counted already: answered, never added again
     CONTRIBUTE = 4,  // a new worker for the current generation: lanes are combined
-    DOWN       = 5   // a leaf: its parent's result for the copy (or run join) is taken in
+    DOWN       = 5,  // a leaf: its parent's result for the copy (or run join) is taken in
+    REJECT     = 6   // a JOIN whose pool or lanes are not the job's: refused, never counted
 }
 
 // What ResultEmit sends, and what the egress does with each copy.
@@ -49,7 +50,8 @@ enum bit<3> reply_t {
     RESULT_MULTICAST = 1,  // completing contribution: RESULT to the job's multicast group
     RESULT_UNICAST   = 2,  // duplicate into a complete slot: stored RESULT to its sender
     PENDING          = 3,  // duplicate into an incomplete slot: PENDING to its sender
-    UP               = 4   // a leaf's partial sum (or run join) to its parent switch
+    UP               = 4,  // a leaf's partial sum (or run join) to its parent switch
+    REJECT           = 5   // a refused JOIN: the header alone, to its sender
 }
 
 #include "generated/constants_gen.p4"

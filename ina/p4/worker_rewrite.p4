@@ -14,7 +14,9 @@
 // the request's destination (what the workers sent to), so source MAC and IP become the old
 // destination ones and the destination the worker's; the UDP source port becomes
 // INA_UDP_PORT and the UDP checksum 0 (none). InaComputeChecksum then fixes the IPv4 checksum.
-// TTL, identification and the other IPv4 fields are the request's.
+// TTL, identification and the other IPv4 fields are the request's. A REJECT leaves as the
+// headers alone: lengths set for the INA header, the lanes (and whatever the request carried
+// past its headers) cut off.
 // A leaf's packet UP to its parent is addressed the same way from the parent_table entry
 // that JobLookup read (meta.up_mac, up_ip, up_udp_port), without worker_table, and becomes
 // the parent's worker up_worker's (a JOIN also carries the nonce the leaf joined with).
@@ -67,6 +69,12 @@ control WorkerRewrite(inout headers_t hdr,
                 meta.dest_worker = hdr.ina.worker_id;
             }
             worker_table.apply();
+            if (meta.reply == reply_t.REJECT) {
+                hdr.lanes.setInvalid();
+                hdr.udp.length = INA_REJECT_UDP_LENGTH;
+                hdr.ipv4.total_len = 20 + INA_REJECT_UDP_LENGTH;
+                truncate(INA_REJECT_FRAME_BYTES);
+            }
         }
     }
 }

@@ -390,7 +390,7 @@ class SwitchNode:
         dest, job, group = out.dest[:m], out.job_id[:m], out.group[:m]
         when = done[out.src[:m]]
         pb = self.pipeline.payload_bytes
-        lengths = np.full(m, pb, np.int64)
+        lengths = out.length[:m].copy()
         multicast = dest == MULTICAST
         targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
         kinds = set(zip(dest.tolist(), group.tolist(), job.tolist(), strict=True))

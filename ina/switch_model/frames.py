@@ -68,6 +68,7 @@ from ina.switch_model.tables import WorkerAddress
 # Byte offsets in an untagged Ethernet / IPv4 (no options) / UDP frame.
 ETH_DST, ETH_SRC, ETH_TYPE = 0, 6, 12
 IP = 14  # version/ihl byte
+IP_LEN = IP + 2
 IP_PROTO = IP + 9
 IP_CSUM = IP + 10
 IP_SRC = IP + 12
@@ -194,6 +195,8 @@ class _Sends:
     is_ina: list[np.ndarray] = field(default_factory=list)
     ina_head: list[np.ndarray] = field(default_factory=list)
     ina_payload: list[np.ndarray] = field(default_factory=list)
+    # a copy's frame length when it is not its request's (a REJECT: the header, no lanes)
+    length: list[np.ndarray] = field(default_factory=list)  # -1: the request's
 
 
 class FramePipeline:
@@ -458,6 +461,17 @@ class FramePipeline:
         head[:, UDP_DPORT : UDP_DPORT + 2] = book[:, 10:12]
         head[:, UDP_CSUM : UDP_CSUM + 2] = 0
         head[:, IP_CSUM : IP_CSUM + 2] = 0
+        plen = pout.length[o]
+        short = np.flatnonzero(plen < pb)  # a REJECT: cut after the INA header (truncate)
+        length = np.full(k, -1, np.int64)
+        if short.size:
+            udp_len = plen[short] + 8
+            ip_len = udp_len + 20
+            head[short, UDP_LEN] = udp_len >> 8
+            head[short, UDP_LEN + 1] = udp_len & 0xFF
+            head[short, IP_LEN] = ip_len >> 8
+            head[short, IP_LEN + 1] = ip_len & 0xFF
+            length[short] = INA + plen[short]
         csum = ipv4_checksum(head[:, IP:UDP])
         head[:, IP_CSUM] = csum >> 8
         head[:, IP_CSUM + 1] = csum & 0xFF
@@ -467,6 +481,7 @@ class FramePipeline:
         sends.is_ina.append(np.ones(k, bool))
         sends.ina_head.append(head)
         sends.ina_payload.append(pout.data[o, :pb].copy())
+        sends.length.append(length)
 
     def _replicas(self, group: int, job: int) -> tuple[np.ndarray, np.ndarray, int]:
         """Replicas of ``group`` that have a worker_table entry: their egress ports, the
@@ -519,6 +534,12 @@ class FramePipeline:
         s = src[perm]
         out.data[:total, : f.shape[1]] = f[s]
         out.length[:total] = lengths[s]
+        if sends.length:
+            own = np.full(total, -1, np.int64)
+            own[np.flatnonzero(ina)] = np.concatenate(sends.length)
+            own = own[perm]
+            cut = own >= 0
+            out.length[:total][cut] = own[cut]
         out.port[:total] = port[perm]
         if sends.ina_head:
             # where each INA copy ended up: positions of the marked frames, in input order

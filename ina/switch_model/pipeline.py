@@ -3,7 +3,7 @@
 This is the executable specification of the P4 program (`ina/p4/`). Its stages carry the
 names of the P4 controls and run in the same order:
 
-1. ``Validate``       version, op, length and lane count; else drop MALFORMED.
+1. ``Validate``       version, op, length, lane count, no REJECT; else drop MALFORMED.
 2. ``JobLookup``      ``job_table`` on job_id; a miss drops UNKNOWN_JOB. ``parent_table``: the
                       job's parent switch on a leaf; a RESULT or PENDING (a parent's reply)
                       for a job without one drops MALFORMED.
@@ -11,7 +11,11 @@ names of the P4 controls and run in the same order:
                       and slot and shadow copy consistent with seq (BAD_SLOT, see below).
 4. ``JoinRun``        the job's runs. A JOIN packet joins a run (below) and is answered
                       like a slot: RESULT to the job's multicast group when the run's last
-                      worker joins, a RESULT or PENDING by unicast to a duplicate. A data
+                      worker joins, a RESULT or PENDING by unicast to a duplicate; a JOIN
+                      whose pool (``slot`` = pool_size - 1) or lanes (``num_lanes``) are
+                      not the job's is refused: REJECT by unicast, a header alone with
+                      the job's values (Validate lets such a JOIN be as long as the lanes
+                      it names). A data
                       packet must carry the job's current ``epoch``, else drop STALE;
                       except one of the run just before, which SlotState answers from a
                       complete copy of that run (a DUPLICATE) and drops otherwise.
@@ -115,26 +119,30 @@ _RESULTS = 2 * int(Counter.RESULTS)
 _JOINS = 2 * int(Counter.JOINS)
 _RUNS = 2 * int(Counter.RUNS)
 _UP_PACKETS = 2 * int(Counter.UP_PACKETS)
+_JOIN_REJECTS = 2 * int(Counter.JOIN_REJECTS)
 _PACKETS_IN = 2 * int(Counter.PACKETS_IN)
 _DROP_MALFORMED = 2 * int(Counter.DROP_MALFORMED)
 _RESULT_PACKETS = 2 * int(Counter.RESULT_PACKETS)
 _NUM_COUNTERS = len(Counter)
 _FROM_PARENT = int(Flag.RESULT | Flag.PENDING)
+_REJECT_FLAG = int(Flag.REJECT)
+_REPLY_FLAGS = _FROM_PARENT | _REJECT_FLAG
 _RESULT_FLAG = int(Flag.RESULT)
 # Plain ints for the vectorized stages too: an enum member in a numpy expression takes the
 # enum's own operator first and costs tens of microseconds per batch.
 _OP_FIRST, _OP_LAST = int(Op.SUM), int(Op.JOIN)
 _RESULT, _PENDING, _SHADOW = int(Flag.RESULT), int(Flag.PENDING), int(Flag.SHADOW)
 # An output's flags by its kind (0 result multicast, 1 result unicast, 2 pending unicast,
-# 3 up to the parent: a contribution, no reply flag)
-_KIND_FLAGS = np.array([_RESULT, _RESULT, _PENDING, 0], dtype=np.int64)
+# 3 up to the parent: a contribution, no reply flag, 4 a JOIN refused, unicast)
+_KIND_FLAGS = np.array([_RESULT, _RESULT, _PENDING, 0, _REJECT_FLAG], dtype=np.int64)
+_REJECT_KIND = 4
 
 
 @dataclass
 class Outputs:
     """Packets the pipeline emits for one batch, in preallocated buffers.
 
-    Row ``i < n`` of ``data`` holds an INA payload of ``length`` bytes for ``job_id[i]``,
+    Row ``i < n`` of ``data`` holds an INA payload of ``length[i]`` bytes for ``job_id[i]``,
     sent to worker ``dest[i]`` or, if ``dest[i] == MULTICAST``, to multicast group
     ``group[i]``, or if ``dest[i] == PARENT``, up to the job's parent switch; ``src[i]`` is
     the input row that produced it (outputs are in input order).
@@ -145,6 +153,7 @@ class Outputs:
     job_id: np.ndarray  # int32
     group: np.ndarray  # int32
     src: np.ndarray  # int64
+    length: np.ndarray  # int64: the payload size (a whole packet; a REJECT: the header)
     n: int = 0
 
     @classmethod
@@ -155,6 +164,7 @@ class Outputs:
             z.copy(),
             z.copy(),
             z.copy(),
+            np.zeros(capacity, np.int64),
             np.zeros(capacity, np.int64),
         )
 
@@ -169,7 +179,12 @@ class Outputs:
     def packets(self) -> list[tuple[int, int, int, bytes]]:
         """(dest, job_id, group, payload) of each output (for tests and tools)."""
         return [
-            (int(self.dest[i]), int(self.job_id[i]), int(self.group[i]), self.data[i].tobytes())
+            (
+                int(self.dest[i]),
+                int(self.job_id[i]),
+                int(self.group[i]),
+                self.data[i, : self.length[i]].tobytes(),
+            )
             for i in range(self.n)
         ]
 
@@ -238,12 +253,12 @@ class Pipeline:
 
     def process(self, payload: bytes) -> list[tuple[int, int, int, bytes]]:
         """One packet in, its outputs as (dest, job_id, group, payload) tuples."""
-        stride = max(len(payload), 1)
+        stride = max(len(payload), self.payload_bytes)
         buf = np.zeros((1, stride), np.uint8)
         buf[0, : len(payload)] = np.frombuffer(payload, np.uint8)
         out = Outputs.allocate(1, max(stride, self.payload_bytes))
         self.process_batch(buf, np.array([len(payload)]), out)
-        return [(d, j, g, p[: self.payload_bytes]) for d, j, g, p in out.packets()]
+        return out.packets()
 
     def process_batch(
         self,
@@ -275,12 +290,24 @@ class Pipeline:
             hdr = None
         else:
             hdr = data[:n, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(n)
+            version = hdr["version"] == VERSION
+            num_lanes = hdr["num_lanes"].astype(np.int64)
             valid = (
                 (lengths == pb)
-                & (hdr["version"] == VERSION)
+                & version
                 & (hdr["op"] >= _OP_FIRST)
                 & (hdr["op"] <= _OP_LAST)
-                & (hdr["num_lanes"].astype(np.int64) <= self.lanes)
+                & (num_lanes <= self.lanes)
+                & ((hdr["flags"] & _REJECT_FLAG) == 0)
+            )
+            # A worker's JOIN as long as the lanes it says it has, other than ours: a worker
+            # configured with other lanes; JoinRun answers it with REJECT (and our lanes).
+            valid |= (
+                version
+                & (hdr["op"] == _JOIN)
+                & ((hdr["flags"] & _REPLY_FLAGS) == 0)
+                & (num_lanes != self.lanes)
+                & (lengths == HEADER_BYTES + LANE_BYTES * num_lanes)
             )
         bad = ~valid
         if bad.any():
@@ -338,6 +365,7 @@ class Pipeline:
             levels = h["level"].tolist()
             epochs = h["epoch"].tolist()
             flags = h["flags"].tolist()
+            nls = h["num_lanes"].tolist()
 
         parents = self.tables.parents
         reg = self.registers
@@ -400,6 +428,12 @@ class Pipeline:
                         tally[_DUPLICATES] += 1
                         tally[_DUPLICATES + 1] += fl
                         kind = 3
+                elif nls[k] != self.lanes or slots[k] + 1 != job.pool_size:
+                    # REJECT: the worker's lanes or pool are not the job's; it learns ours
+                    # (the reply's num_lanes and slot) and stops, its join never counted
+                    tally[_JOIN_REJECTS] += 1
+                    tally[_JOIN_REJECTS + 1] += fl
+                    kind = _REJECT_KIND
                 else:
                     ni = i * MAX_WORKERS + w
                     if j_nonce[ni] == q and jb & mask:
@@ -453,10 +487,14 @@ class Pipeline:
                 staged[len(out_k)] = lanes_in[k]  # a JOIN reply echoes the request's lanes
                 out_k.append(k)
                 out_kind.append(kind)
-                out_bitmap.append(jb)
                 out_exp.append(exps[k])
                 out_level.append(levels[k])
-                out_epoch.append(e)
+                if kind == _REJECT_KIND:  # the request's header but for flags, slot, lanes
+                    out_bitmap.append(int(h["bitmap"][k]))
+                    out_epoch.append(epochs[k])
+                else:
+                    out_bitmap.append(jb)
+                    out_epoch.append(e)
                 continue
             s = slots[k]
             shadow = shadows[k]
@@ -621,10 +659,17 @@ class Pipeline:
                 oh["worker_id"][o] = up_worker
                 if up_seq is not None:
                     oh["seq"][o] = up_seq
+            out.length[:m] = pb
+            rejects = np.flatnonzero(kinds == _REJECT_KIND)
+            if rejects.size:  # the job's pool and our lanes, in a header without lanes
+                pools = [jobs[j].pool_size for j in oh["job_id"][rejects].tolist()]
+                oh["slot"][rejects] = np.asarray(pools) - 1
+                oh["num_lanes"][rejects] = self.lanes
+                out.length[rejects] = HEADER_BYTES
             out.data[:m, :HEADER_BYTES] = oh.view(np.uint8).reshape(m, HEADER_BYTES)
             # byte-swapped straight into the output rows (no big-endian temporary)
             out.data[:m, HEADER_BYTES:pb].view(LANE_DTYPE)[:] = staged[:m]
-            dest = oh["worker_id"].astype(np.int32)  # kind 1 and 2: unicast to the sender
+            dest = oh["worker_id"].astype(np.int32)  # kind 1, 2, 4: unicast to the sender
             dest[kinds == 0] = MULTICAST
             dest[kinds == 3] = PARENT
             out.dest[:m] = dest

@@ -92,12 +92,11 @@ class SwitchServer:
                 return
             rows, dests = self._route(m)
         if rows.size:
-            pb = self.pipeline.payload_bytes
             r, d = rows, dests
             if self.impairment is not None:
                 got = self.impairment.apply(np.arange(r.size))
                 r, d = r[got], d[got]
-            self.sock.send_batch(self.out.data, r, np.full(r.size, pb), d)
+            self.sock.send_batch(self.out.data, r, self.out.length[r], d)
 
     def _route(self, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Output rows and address-book entries of every datagram to send (egress), in

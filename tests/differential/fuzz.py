@@ -441,6 +441,9 @@ class Generator:
     def __init__(self, topo: Topology, seed: int, model: ModelTarget) -> None:
         self.topo = topo
         self.rng = random.Random(f"fuzz:{seed}")
+        # JOINs of workers configured otherwise draw from a stream of their own: every seed's
+        # other steps stay the ones they were before these were added
+        self.misfit_rng = random.Random(f"fuzz-misfit:{seed}")
         self.b = TraceBuilder(topo, self.rng)
         self.pipeline = model.frames.pipeline
         # each job's window (seqs near it); one job's wraps around 2**32 soon, one starts
@@ -648,8 +651,22 @@ class Generator:
 
     def _join(self, spec, w: int, nonce: int) -> Step:
         retx = self.rng.random() < 0.2
-        self.b.ina(spec.job_id, w, nonce, op=Op.JOIN, slot=0, flags=Flag.RETX if retx else 0)
-        return self._frame(f"job {spec.job_id} worker {w} JOIN {nonce:#x}{' retx' if retx else ''}")
+        fields, what = {}, ""
+        r = self.misfit_rng
+        if r.random() < 0.05:  # a worker configured otherwise: REJECT (or MALFORMED)
+            fields = r.choice(
+                (
+                    {"slot": r.randrange(1 << 16)},
+                    {"num_lanes": r.randrange(P4_LANES)},
+                    {"lanes": [0] * (k := r.randrange(2 * P4_LANES)), "num_lanes": k},
+                    {"lanes": [0] * r.randrange(2 * P4_LANES), "num_lanes": r.randrange(64)},
+                )
+            )
+            what = " " + ",".join(f"{k}={len(v) if k == 'lanes' else v}" for k, v in fields.items())
+        self.b.ina(spec.job_id, w, nonce, op=Op.JOIN, flags=Flag.RETX if retx else 0, **fields)
+        return self._frame(
+            f"job {spec.job_id} worker {w} JOIN {nonce:#x}{' retx' if retx else ''}{what}"
+        )
 
     def _parent_address(self, spec) -> WorkerAddress | None:
         p = self._parent(spec)

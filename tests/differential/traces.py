@@ -212,7 +212,8 @@ class TraceBuilder:
             "flags": int(flags),
             "worker_id": worker_id,
             "job_id": job_id,
-            "slot": fields.pop("slot", seq % ps),
+            # a JOIN names the worker's pool by its last slot (the switch checks it)
+            "slot": fields.pop("slot", ps - 1 if op == Op.JOIN else seq % ps),
             "seq": seq,
             "num_lanes": P4_LANES,
             **fields,
@@ -428,7 +429,7 @@ def runs(b: TraceBuilder) -> dict[str, int]:
     written by an earlier run starts afresh (never answered with that run's sums)."""
 
     def join(job_id: int, w: int, nonce: int, retx: bool = False) -> None:
-        b.ina(job_id, w, nonce, op=Op.JOIN, slot=0, flags=Flag.RETX if retx else 0)
+        b.ina(job_id, w, nonce, op=Op.JOIN, flags=Flag.RETX if retx else 0)
 
     b.round(1, 0)  # no run joined yet: epoch 0 (clients that never JOIN)
     for w, nonce in ((0, 0xA0A0A0A0), (1, 0xB1), (2, 0xC2C2)):
@@ -443,8 +444,8 @@ def runs(b: TraceBuilder) -> dict[str, int]:
     join(1, 1, 0x71)  # run 3 complete
     b.ina(1, 1, 0, epoch=2)  # run 2 never completed its join: its data is STALE
     b.round(1, 0, epoch=3)
-    b.ina(1, 3, 0x99, op=Op.JOIN, slot=0, flags=0)  # a worker id the job does not have
-    b.ina(77, 0, 0x99, op=Op.JOIN, slot=0, flags=0)  # a job that is not installed
+    b.ina(1, 3, 0x99, op=Op.JOIN, flags=0)  # a worker id the job does not have
+    b.ina(77, 0, 0x99, op=Op.JOIN, flags=0)  # a job that is not installed
     join(2, 0, 0x1234)  # a one-worker job: every JOIN completes a run at once
     join(2, 0, 0x5678)
     return {
@@ -463,6 +464,42 @@ def runs(b: TraceBuilder) -> dict[str, int]:
 
 
 @trace
+def join_rejects(b: TraceBuilder) -> dict[str, int]:
+    """JOINs of workers configured otherwise than the job: another pool (the JOIN's slot is
+    not the job's last), other lanes in a packet of the switch's size, and packets of the
+    size of 16, 64 and 0 lanes that say so in num_lanes: each is answered by unicast with
+    REJECT, the job's last slot and the switch's lanes, in a header without lanes, and never
+    counted into a run. A REJECT sent to the switch, and a JOIN whose num_lanes does not
+    match its length, are MALFORMED. A run joined afterwards is not disturbed."""
+
+    def join(w: int, nonce: int, **fields) -> None:
+        b.ina(1, w, nonce, op=Op.JOIN, **{"flags": 0, **fields})
+
+    join(0, 0x10)  # run 1 begins
+    join(1, 0x21, slot=7)  # a pool of 8 (the job's is 4)
+    join(1, 0x22, slot=0)  # a pool of 1
+    join(1, 0x23, num_lanes=P4_LANES - 1)  # a packet of the switch's size, other lanes
+    join(1, 0x24, lanes=[7] * 16, num_lanes=16)  # a worker with 16 lanes
+    join(2, 0x25, lanes=[7] * 64, num_lanes=64)  # and one with 64
+    join(2, 0x26, lanes=[], num_lanes=0)  # a header alone
+    join(2, 0x27, lanes=[7] * 16, num_lanes=P4_LANES)  # too short for what it says
+    join(2, 0x28, lanes=[7] * 16, num_lanes=15)  # num_lanes not its length
+    join(2, 0x29, flags=Flag.REJECT)  # only switches send REJECT
+    join(1, 0x21, slot=7, flags=Flag.RETX)  # a retransmission: refused again
+    join(1, 0x11)
+    join(2, 0x12)  # run 1 complete: multicast
+    b.round(1, 0, epoch=1)
+    return {
+        "join_rejects": 7,
+        "drop_malformed": 3,
+        "joins": 3,
+        "runs": 1,
+        "results": 1,
+        "result_packets": 6,
+    }
+
+
+@trace
 def late_worker_of_the_previous_run(b: TraceBuilder) -> dict[str, int]:
     """A worker of a finished run retransmits for its lost result after the others have
     begun the next run (their JOINs): a complete copy of its run answers it by unicast, with
@@ -470,7 +507,7 @@ def late_worker_of_the_previous_run(b: TraceBuilder) -> dict[str, int]:
     written since, and data of an older run, are STALE: never added to any sum."""
 
     def join(w: int, nonce: int) -> None:
-        b.ina(1, w, nonce, op=Op.JOIN, slot=0, flags=0)
+        b.ina(1, w, nonce, op=Op.JOIN, flags=0)
 
     for w, nonce in ((0, 0x10), (1, 0x11), (2, 0x12)):
         join(w, nonce)  # run 1, its join complete: multicast
@@ -509,7 +546,7 @@ def hierarchical_leaf(b: TraceBuilder) -> dict[str, int]:
     parent = WorkerAddress(6, spine.worker_id, spine.ip, spine.udp_port, spine.mac, spine.port)
 
     def join(w: int, nonce: int, retx: bool = False) -> None:
-        b.ina(6, w, nonce, op=Op.JOIN, slot=0, flags=Flag.RETX if retx else 0)
+        b.ina(6, w, nonce, op=Op.JOIN, flags=Flag.RETX if retx else 0)
 
     def down(seq: int, flags: int, epoch: int, op: int = Op.SUM, worker: int = 0) -> None:
         shadow = Flag.SHADOW if seq & b.topo.job(6).pool_size else 0
@@ -592,10 +629,10 @@ def random_leaf_mix(b: TraceBuilder) -> dict[str, int]:
         shadow = Flag.SHADOW if seq & ps else 0
         extra = {"exp": b.rng.randrange(256), "level": b.rng.randrange(256)}
         if r < 0.2:  # a worker's JOIN
-            b.ina(6, b.rng.randrange(2), b.rng.choice(nonces), op=Op.JOIN, slot=0, **extra)
+            b.ina(6, b.rng.randrange(2), b.rng.choice(nonces), op=Op.JOIN, **extra)
         elif r < 0.3:  # the parent's answer to a join
             flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING))
-            b.ina(6, b.rng.randrange(4), b.rng.choice(nonces), op=Op.JOIN, slot=0,
+            b.ina(6, b.rng.randrange(4), b.rng.choice(nonces), op=Op.JOIN,
                   sender=parent, flags=flags, epoch=ep, **extra)  # fmt: skip
         elif r < 0.55:  # the parent's reply for a slot
             flags = b.rng.choice((Flag.RESULT, Flag.RESULT, Flag.PENDING)) | shadow

@@ -35,6 +35,7 @@ const flags_t FLAG_RESULT = 0x01;
 const flags_t FLAG_RETX = 0x02;
 const flags_t FLAG_SHADOW = 0x04;
 const flags_t FLAG_PENDING = 0x08;
+const flags_t FLAG_REJECT = 0x10;
 
 // DropReason: Why the switch dropped an INA packet; each has a counter.
 const drop_reason_t DROP_REASON_MALFORMED = 0;
@@ -59,6 +60,7 @@ const counter_index_t COUNTER_DROP_STALE = 11;
 const counter_index_t COUNTER_JOINS = 12;
 const counter_index_t COUNTER_RUNS = 13;
 const counter_index_t COUNTER_UP_PACKETS = 14;
-const counter_index_t NUM_COUNTERS = 15;
+const counter_index_t COUNTER_JOIN_REJECTS = 15;
+const counter_index_t NUM_COUNTERS = 16;
 // The drop counters follow DropReason: Counter.DROP_<r> = COUNTER_DROP_FIRST + r.
 const counter_index_t COUNTER_DROP_FIRST = 7;
