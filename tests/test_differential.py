@@ -142,6 +142,107 @@ def test_replica_order_whatever_the_group_order_on_veths(veth_target, model, des
     assert differences(got, want, veth_target.name) == []
 
 
+def fan_out_job(topo: Topology) -> JobSpec:
+    """Job 9: one worker (every packet completes its slot) on host 1; its group is written
+    by `replica_sweep`."""
+    h1 = topo.host("h1")
+    return JobSpec(
+        job_id=9,
+        num_workers=1,
+        pool_base=0,
+        pool_size=2,
+        workers=(WorkerAddress(9, 0, h1.ip, SWEEP_UDP, h1.mac, h1.port),),
+        job_index=1,
+        mcast_grp=3,
+    )
+
+
+SWEEP_UDP = 53000  # a copy for replica id r goes to UDP port SWEEP_UDP + r
+SWEEP_MAX = 64
+
+
+def replica_sweep(
+    target: Target, sizes=range(1, SWEEP_MAX + 1)
+) -> dict[str, list[tuple[int, int]]]:
+    """Groups of 1..64 replicas spread over the host ports (several replica ids on
+    every port), written by INSERT in ascending, descending and a random order, then
+    rewritten by a MODIFY that drops a few and adds others back: after each write one
+    packet, and the (port, replica id) of its copies, port by port, in the order they left
+    each port."""
+    spec = fan_out_job(TOPO)
+    ports = [h.port for h in TOPO.hosts]
+    rng = random.Random(f"{SEED}:replica-sweep")
+    b = TraceBuilder(Topology(TOPO.switch_mac, TOPO.switch_ip, TOPO.hosts, (spec,)), rng)
+    target.reset()
+    conn = target.conn
+    install_job(conn, spec)
+    h1 = TOPO.host("h1")
+    conn.write(
+        [
+            conn.update(
+                INSERT,
+                conn.table_entry(
+                    "worker_table",
+                    {"job_id": 9, "worker_id": rid},
+                    "set_worker",
+                    {"mac": h1.mac, "ip": h1.ip, "udp_port": SWEEP_UDP + rid},
+                ),
+            )
+            for rid in range(1, SWEEP_MAX)  # (0: the job's worker)
+        ]
+    )
+    seq = 0
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    def send(name: str) -> None:
+        nonlocal seq
+        b.frames.clear()
+        b.ina(9, 0, seq)
+        seq += 1
+        copies = [
+            (port, int.from_bytes(f[36:38], "big") - SWEEP_UDP)
+            for port, frames in sorted(target.run(b.frames).items())
+            for f in frames
+        ]
+        seen[name] = copies
+
+    def write(kind, replicas) -> None:
+        conn.write([conn.update(kind, conn.multicast_group(spec.mcast_grp, replicas))])
+
+    for n in sizes:
+        replicas = [(ports[rid % len(ports)], rid) for rid in range(n)]
+        shuffled = rng.sample(replicas, n)
+        for order, listed in (
+            ("ascending", replicas),
+            ("descending", replicas[::-1]),
+            ("random", shuffled),
+        ):
+            conn.write([conn.update(DELETE, conn.multicast_group(spec.mcast_grp, []))])
+            write(INSERT, listed)
+            send(f"{n} {order}")
+        # a MODIFY: some replicas out, the rest in another order, the dropped ones back last
+        out = set(rng.sample(range(n), n // 3))
+        kept = [r for r in shuffled if r[1] not in out]
+        write(MODIFY, rng.sample(kept, len(kept)) + [r for r in replicas if r[1] in out])
+        send(f"{n} modify")
+    return seen
+
+
+@pytest.mark.network
+@pytest.mark.root
+def test_replica_sweep_on_veths_equals_the_model(veth_target, model):
+    # BMv2 every size; the model as a process (the same code as in this one) a few, around
+    # the map's rehash at 14 and the largest
+    sizes = range(1, SWEEP_MAX + 1) if veth_target.name == "bmv2" else (1, 2, 13, 14, 15, 64)
+    want = replica_sweep(model, sizes)
+    ports = [h.port for h in TOPO.hosts]
+    for name, copies in want.items():  # every replica once (the order is what differs)
+        n = int(name.split()[0])
+        assert sorted(copies) == sorted((ports[r % len(ports)], r) for r in range(n)), name
+    got = replica_sweep(veth_target, sizes)
+    assert {k: v for k, v in got.items() if v != want[k]} == {}
+
+
 # -- status codes ------------------------------------------------------------------------------
 
 OK = "OK"
