@@ -53,7 +53,7 @@ run: $(STAMP)
 # interface names, so they run side by side); TEST_JOBS=0 runs it in one process.
 TEST_JOBS ?= auto
 test: $(STAMP) $(NS3)
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal --durations=20
 
 # The edit-run loop: the pure-Python core of every layer (no Mininet, BMv2, ns-3 or training
 # runs); make test is the whole suite and what CI runs.

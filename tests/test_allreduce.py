@@ -35,10 +35,10 @@ def test_exact_under_loss_duplication_reordering(harness_factory, num_workers, l
     xs = tensors(num_workers, size, seed=num_workers)
 
     def work(w):
-        # 30 s per chunk: 8 worker threads and the switch share one process (one GIL) here,
-        # and on a 2-core machine also running CPU hogs some runs at 10 s timed out with most
-        # workers missing from a chunk (threads not scheduled, not a lost retransmission)
-        with Worker(h.config(w, rto=0.01, min_rto=0.005, timeout=30.0)) as worker:
+        # 8 worker threads and the switch share one process (one GIL): on a loaded machine
+        # round trips jitter by hundreds of ms, which the window control takes for queueing
+        # (issue 27: this is the test that ran 50 times beside CPU hogs)
+        with Worker(h.config(w, rto=0.01, min_rto=0.005, timeout=10.0)) as worker:
             out = worker.allreduce(xs[w])
             return out, worker.last, worker.last_int_sums, worker.stats
 

@@ -94,10 +94,14 @@ def test_an_explicit_min_rto_wins_in_a_lossy_run():
     assert t > path + 5e-3, (t, path)
 
 
-def test_the_wall_clock_defaults_are_unchanged():
+def test_the_wall_clock_recovers_early_and_the_simulator_only_when_asked():
     cfg = WorkerConfig(job_id=1, worker_id=0, num_workers=2)
     assert (cfg.rto, cfg.min_rto, cfg.max_rto) == (0.05, 0.02, 1.0)
-    assert not cfg.early_retransmit and not cfg.tail_probe
+    assert cfg.early_retransmit and cfg.tail_probe
+    sim = NetworkSpec(workers=2).worker_config(0)
+    assert not sim.early_retransmit and not sim.tail_probe
+    asked = NetworkSpec(workers=2, early_retransmit=True).worker_config(0)
+    assert asked.early_retransmit and asked.tail_probe
 
 
 # -- the core, with a scripted clock ---------------------------------------------------

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from ina.host.rounds import Round
-from ina.host.transport_core import JoinTimeout, ReduceTimeout, TransportCore, WorkerConfig
+from ina.host.transport_core import (
+    RACK_WINDOW,
+    JoinTimeout,
+    ReduceTimeout,
+    TransportCore,
+    WorkerConfig,
+)
 from ina.protocol import HEADER_BYTES, HEADER_DTYPE, Counter, Flag, Op
 from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
 from ina.switch_model.run import install_job_spec
@@ -298,11 +304,11 @@ def _replies(core: TransportCore, sends, rtt) -> list[tuple[float, bytes]]:
     return out
 
 
-def _send_log(batched: bool, rtt, horizon: float, pool: int = 32):
+def _send_log(batched: bool, rtt, horizon: float, pool: int = 32, **kw):
     """Every (chunk, send time, timeout deadline) of one call whose results come back after
     ``rtt(chunk)``, fed to the core per ``horizon`` of time in one batch, or one result per
     call; and the core's window and timer state at the end."""
-    cfg = config(0, 1, pool_size=pool, rto=1.0, min_rto=1e-3, queue_target=0.2)
+    cfg = config(0, 1, pool_size=pool, rto=1.0, min_rto=1e-3, queue_target=0.2, **kw)
     core = TransportCore(cfg, nonce=1)
     core.epoch = 1  # joined already: the call starts sending at once
     core.start(Round(np.arange(CHUNKS * LANES, dtype=np.int32)), 0.0)
@@ -367,3 +373,21 @@ def test_a_batch_of_results_cuts_the_window_as_one_result_at_a_time_does():
     assert end_one[0] < 16  # cut from the 32-chunk pool
     assert batched == one_by_one
     assert end_batched == end_one
+
+
+def _deep_queue_rtt(c: int) -> float:
+    """Round trips from 2 ms to 42 ms: far past the queueing target, as host jitter on a
+    loaded machine looks to the delay-based control."""
+    return 2e-3 + 40e-3 * min(c, 60) / 60
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_with_early_retransmission_the_window_keeps_room_to_see_a_loss(early):
+    # A loss shows only by later chunks' results: below RACK_WINDOW chunks in flight every
+    # loss waits for the timeout (a slow worker on a loaded machine fell a pool behind so).
+    _, end = _send_log(False, _deep_queue_rtt, 2e-3, early_retransmit=early, tail_probe=early)
+    window = end[0]
+    if early:
+        assert RACK_WINDOW <= window < RACK_WINDOW + 1  # cut to the floor, grown a little
+    else:
+        assert window < RACK_WINDOW

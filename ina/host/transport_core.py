@@ -147,6 +147,13 @@ REORDER_AGAIN_SRTT = 1.0  # smoothed round trips, a chunk sent again already
 # its send (and at least half min_rto), without backing the timeout off
 PROBE_SRTT = 2.0
 INITIAL_WINDOW = 8  # chunks: a whole pool at once can queue past the first timeout
+# With early retransmission the window never shrinks below this many chunks (or the pool):
+# a loss shows only by the results of chunks sent after it, so a window of one or two leaves
+# every loss to the timeout. Under host jitter that looks like queueing (a loaded machine,
+# where the delay-based control took windows to 1-3 chunks), a slow worker then recovered
+# each loss only at max_rto and fell a whole pool behind the others, who waited past their
+# chunk timeout for it (TCP keeps room for its duplicate ACKs likewise, RFC 3042).
+RACK_WINDOW = 4
 # the window is judged on the least of this many latest samples: a queue delays them all,
 # while if each chunk's round trip were stretched by a loss somewhere with probability 1/2,
 # all 8 would be with probability 1/256
@@ -209,12 +216,13 @@ class WorkerConfig:
     window_control: bool = True  # adapt the window to the queueing delay (else: the pool)
     queue_target: float = 3.0  # queueing delay allowed, in base round trips
     # resend a chunk at once when results for chunks sent well after it are in (else: only
-    # on its timeout), and probe the call's last window two round trips after its send
-    # (RFC 8985's tail loss probe). Off by default: with them, the ns-3 backend and the fast
-    # engine part ways under tail drops (docs/simulation.md, "Limits"), which they do not
-    # without; `ina sim ... --early-retransmit` turns both on.
-    early_retransmit: bool = False
-    tail_probe: bool = False
+    # on its timeout; the window then keeps RACK_WINDOW chunks), and probe the call's last
+    # window two round trips after its send (RFC 8985's tail loss probe). On for a worker on
+    # the wall clock; the simulator turns both off unless `ina sim ... --early-retransmit`
+    # (with them its ns-3 backend and fast engine part ways under tail drops,
+    # docs/simulation.md, "Limits").
+    early_retransmit: bool = True
+    tail_probe: bool = True
 
     def __post_init__(self) -> None:
         # worker_id is the worker's bit on its own switch; num_workers counts the whole job,
@@ -1027,7 +1035,8 @@ class TransportCore:
             self._slow_start = False
             if now - self._last_cut >= self._srtt:  # once per round trip
                 excess = least - self._base_rtt - queue
-                self.window = max(1.0, self.window * max(0.5, 1 - excess / least))
+                floor = min(pool, RACK_WINDOW) if self.cfg.early_retransmit else 1.0
+                self.window = max(floor, self.window * max(0.5, 1 - excess / least))
                 self._last_cut = now
         elif self._slow_start and least > self._base_rtt + queue / 2:
             self._slow_start = False  # half the target already: leave slow start before a
