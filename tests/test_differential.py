@@ -24,6 +24,7 @@ import random
 import grpc
 import pytest
 from conftest import require_bmv2_thrift
+from differential.fuzz import read_state
 from differential.targets import (
     ModelTarget,
     Replay,
@@ -445,8 +446,9 @@ def parent_entry_back_mid_run(target: Target) -> tuple[Replay, int]:
     third = target.run(b.frames)
     outputs = {p: first.get(p, []) + second.get(p, []) + third.get(p, [])
                for p in {*first, *second, *third}}  # fmt: skip
-    nonce = conn.read_register("up_nonce", spec.job_index)
-    return Replay(outputs, target.counters()), nonce
+    # over Thrift on BMv2, whose P4Runtime server reads no registers
+    state = read_state(target, [], [("up_nonce", spec.job_index)])
+    return Replay(outputs, target.counters()), state.get(f"up_nonce[{spec.job_index}]", 0)
 
 
 def test_the_leafs_up_nonce_names_its_current_run_as_the_p4_program_writes_it(model):

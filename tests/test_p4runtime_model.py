@@ -19,6 +19,7 @@ from conftest import bmv2_thrift_serving
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ina import p4build
+from ina.bench.bmv2 import notifications_args
 from ina.cli import main as ina_main
 from ina.control import jobs
 from ina.control.counters import read_counters, reset_counters
@@ -648,8 +649,7 @@ def bmv2(tmp_path_factory):
             "simple_switch_grpc",
             "--device-id", str(DEFAULT_DEVICE_ID),
             "--thrift-port", str(thrift_port),
-            # Its own notifications socket: the default one is per device id and shared.
-            "--notifications-addr", f"ipc://{out}/notifications.ipc",
+            *notifications_args(out),  # its own: the default one is shared per device id
             "--no-p4",
             "--",
             "--grpc-server-addr", f"127.0.0.1:{grpc_port}",

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import hashlib
 import itertools
 import os
@@ -235,6 +236,26 @@ def remove_all(conn: SwitchConnection) -> None:
     conn.write([conn.update(DELETE, e) for e in conn.read([conn.table_entry("forward_table")])])
 
 
+@functools.cache
+def _has_notifications(binary: str) -> bool:
+    """Whether ``binary`` takes --notifications-addr (BMv2 built with nanomsg)."""
+    try:
+        out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--notifications-addr" in out.stdout + out.stderr
+
+
+def notifications_args(directory: str | Path, binary: str = SWITCH_BINARY) -> list[str]:
+    """``simple_switch_grpc`` options that put its notifications socket in ``directory``:
+    the default one is shared per device id. None for a build without nanomsg, which has no
+    such socket (and refuses the option)."""
+    path = shutil.which(binary) or binary
+    if not _has_notifications(path):
+        return []
+    return ["--notifications-addr", f"ipc://{directory}/notifications.ipc"]
+
+
 class Bmv2Switch:
     """``simple_switch_grpc`` with our program on ``ports`` ({port number: interface}).
 
@@ -263,7 +284,7 @@ class Bmv2Switch:
     def command(self) -> list[str]:
         cmd = [SWITCH_BINARY, "--device-id", str(self.device_id)]
         cmd += ["--thrift-port", str(self.thrift_port)]
-        cmd += ["--notifications-addr", f"ipc://{self._dir.name}/notifications.ipc"]
+        cmd += notifications_args(self._dir.name)
         for port, ifname in sorted(self.ports.items()):
             cmd += ["-i", f"{port}@{ifname}"]
         return [*cmd, "--no-p4", "--", "--grpc-server-addr", self.address]
