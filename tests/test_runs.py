@@ -9,6 +9,7 @@ a switch process as users run it (library and CLI), and on the wire.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -188,17 +189,27 @@ def test_the_readme_example_twice_against_one_switch_gives_exact_sums_both_times
     assert counters["runs"][0] == 3 and counters["joins"][0] == 6
 
 
-@pytest.mark.network
-def test_ina_allreduce_against_a_running_switch_works_twice_in_a_row(tmp_path):
+@contextlib.contextmanager
+def ina_allreduce_against_a_switch(tmp_path):
+    """A 256-lane switch model with a job of 2 workers (pool 64); yields ``run(*args)``,
+    which runs ``ina allreduce --switch`` against it with the job's file and ``args``."""
     jobs = local_jobs(2, 64)
     jobs_file = tmp_path / "jobs.json"
     save_jobs(jobs_file, jobs)
     with LocalSwitch(jobs, lanes=256, grpc=False) as sw:
         host, port = sw.address
         cmd = [sys.executable, "-m", "ina", "allreduce", "--switch", f"{host}:{port}"]
-        cmd += ["--jobs", str(jobs_file), "--size", "20000", "--iters", "2", "--timeout", "5"]
+        cmd += ["--jobs", str(jobs_file)]
+        yield lambda *args: subprocess.run(
+            [*cmd, *args], capture_output=True, text=True, timeout=120
+        )
+
+
+@pytest.mark.network
+def test_ina_allreduce_against_a_running_switch_works_twice_in_a_row(tmp_path):
+    with ina_allreduce_against_a_switch(tmp_path) as run:
         for attempt in range(2):
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            r = run("--size", "20000", "--iters", "2", "--timeout", "5")
             assert r.returncode == 0, f"run {attempt}:\n{r.stdout}\n{r.stderr}"
             assert "allreduce: OK, every sum exact" in r.stdout
 
@@ -274,14 +285,8 @@ def test_a_worker_configured_otherwise_than_the_job_is_refused_naming_both(
 
 @pytest.mark.network
 def test_ina_allreduce_with_other_lanes_than_the_switch_says_so_in_one_line(tmp_path):
-    jobs = local_jobs(2, 64)
-    jobs_file = tmp_path / "jobs.json"
-    save_jobs(jobs_file, jobs)
-    with LocalSwitch(jobs, lanes=256, grpc=False) as sw:
-        host, port = sw.address
-        cmd = [sys.executable, "-m", "ina", "allreduce", "--switch", f"{host}:{port}"]
-        cmd += ["--jobs", str(jobs_file), "--lanes", "32", "--timeout", "60"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    with ina_allreduce_against_a_switch(tmp_path) as run:
+        r = run("--lanes", "32", "--timeout", "60")
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "256 lanes per packet (this worker: 32)" in r.stderr
