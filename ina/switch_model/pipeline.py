@@ -663,6 +663,7 @@ class Pipeline:
             rejects = np.flatnonzero(kinds == _REJECT_KIND)
             if rejects.size:  # the job's pool and our lanes, in a header without lanes
                 pools = [jobs[j].pool_size for j in oh["job_id"][rejects].tolist()]
+                oh["flags"][rejects] = _REJECT_FLAG  # not the request's SHADOW either
                 oh["slot"][rejects] = np.asarray(pools) - 1
                 oh["num_lanes"][rejects] = self.lanes
                 out.length[rejects] = HEADER_BYTES

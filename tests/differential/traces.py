@@ -486,11 +486,12 @@ def join_rejects(b: TraceBuilder) -> dict[str, int]:
     join(2, 0x28, lanes=[7] * 16, num_lanes=15)  # num_lanes not its length
     join(2, 0x29, flags=Flag.REJECT)  # only switches send REJECT
     join(1, 0x21, slot=7, flags=Flag.RETX)  # a retransmission: refused again
+    join(1, 0x2A, slot=7, flags=Flag.SHADOW | Flag.RETX)  # the reply's flags: REJECT alone
     join(1, 0x11)
     join(2, 0x12)  # run 1 complete: multicast
     b.round(1, 0, epoch=1)
     return {
-        "join_rejects": 7,
+        "join_rejects": 8,
         "drop_malformed": 3,
         "joins": 3,
         "runs": 1,
