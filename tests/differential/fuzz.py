@@ -651,8 +651,12 @@ class Generator:
 
     def _join(self, spec, w: int, nonce: int) -> Step:
         retx = self.rng.random() < 0.2
+        flags = Flag.RETX if retx else 0
         fields, what = {}, ""
         r = self.misfit_rng
+        if r.random() < 0.1:  # the SHADOW bit, meaningless on a JOIN: replies keep or drop it
+            flags |= Flag.SHADOW
+            what = " shadow"
         if r.random() < 0.05:  # a worker configured otherwise: REJECT (or MALFORMED)
             fields = r.choice(
                 (
@@ -662,8 +666,10 @@ class Generator:
                     {"lanes": [0] * r.randrange(2 * P4_LANES), "num_lanes": r.randrange(64)},
                 )
             )
-            what = " " + ",".join(f"{k}={len(v) if k == 'lanes' else v}" for k, v in fields.items())
-        self.b.ina(spec.job_id, w, nonce, op=Op.JOIN, flags=Flag.RETX if retx else 0, **fields)
+            what += " " + ",".join(
+                f"{k}={len(v) if k == 'lanes' else v}" for k, v in fields.items()
+            )
+        self.b.ina(spec.job_id, w, nonce, op=Op.JOIN, flags=flags, **fields)
         return self._frame(
             f"job {spec.job_id} worker {w} JOIN {nonce:#x}{' retx' if retx else ''}{what}"
         )
