@@ -223,8 +223,8 @@ class VethTarget(Target):
             self.socks[port].send(data)
             self._probe_seq += 1
             self.socks[port].send(self._probe(self._probe_seq))
-            self._collect(got, until_probe=self._probe_seq)
-        self._collect(got, until_probe=None)
+            self._collect(got, {self._probe_seq})
+        self._collect(got, None)
         return {p: f for p, f in got.items() if f}
 
     def run_flushed(self, frames, flush: dict[int, str]) -> dict[int, list[bytes]]:
@@ -243,29 +243,8 @@ class VethTarget(Target):
                 self._probe_seq += 1
                 waiting.add(self._probe_seq)
                 self.socks[port].send(self._probe(self._probe_seq, mac))
-            self._collect_probes(got, waiting)
+            self._collect(got, waiting, anywhere=True)
         return {p: f for p, f in got.items() if f}
-
-    def _collect_probes(self, got: dict[int, list[bytes]], waiting: set[int]) -> None:
-        """Read every socket until the probes numbered ``waiting`` are all out, on any port;
-        probes are left out of ``got``."""
-        fds = {s.fileno(): p for p, s in self.socks.items()}
-        deadline = time.monotonic() + PROBE_TIMEOUT
-        while waiting:
-            ready, _, _ = select.select(list(fds), [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise TimeoutError(
-                    f"{self.name}: probes {sorted(waiting)} did not come out within "
-                    f"{PROBE_TIMEOUT} s"
-                )
-            for fd in ready:
-                port = fds[fd]
-                for data in self._drain(self.socks[port]):
-                    seq = self._probe_number(data)
-                    if seq is not None:
-                        waiting.discard(seq)
-                        continue
-                    got.setdefault(port, []).append(data)
 
     def _ensure_probe_entry(self) -> None:
         entries = self.conn.read([self.conn.table_entry("forward_table", {"dst_mac": PROBE_MAC})])
@@ -279,32 +258,35 @@ class VethTarget(Target):
         frame = to + mac + PROBE_ETHERTYPE.to_bytes(2, "big") + b"probe" + seq.to_bytes(8, "big")
         return frame.ljust(60, b"\0")
 
-    def _collect(self, got: dict[int, list[bytes]], until_probe: int | None) -> None:
-        """Read every socket until probe ``until_probe`` came out (or, for None, until the
-        switch has been quiet for `SETTLE` seconds)."""
+    def _collect(
+        self, got: dict[int, list[bytes]], waiting: set[int] | None, anywhere: bool = False
+    ) -> None:
+        """Read every socket until the probes numbered ``waiting`` are all out (None: until
+        the switch has been quiet for `SETTLE` seconds). Probes come out of `PROBE_PORT`,
+        or with ``anywhere`` out of any port, and are left out of ``got``."""
         fds = {s.fileno(): p for p, s in self.socks.items()}
         deadline = time.monotonic() + PROBE_TIMEOUT
         while True:
-            wait = SETTLE if until_probe is None else max(0.0, deadline - time.monotonic())
+            wait = SETTLE if waiting is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select(list(fds), [], [], wait)
             if not ready:
-                if until_probe is None:
+                if waiting is None:
                     return
                 raise TimeoutError(
-                    f"{self.name}: probe {until_probe} did not come out of port {PROBE_PORT} "
-                    f"within {PROBE_TIMEOUT} s"
+                    f"{self.name}: probes {sorted(waiting)} did not come out within "
+                    f"{PROBE_TIMEOUT} s"
                 )
             for fd in ready:
                 port = fds[fd]
                 for data in self._drain(self.socks[port]):
-                    if port == PROBE_PORT:
-                        seq = self._probe_number(data)
-                        if seq is not None and seq == until_probe:
-                            until_probe = -1  # seen: finish reading this round
+                    seq = self._probe_number(data) if anywhere or port == PROBE_PORT else None
+                    if seq is not None:
+                        if waiting:
+                            waiting.discard(seq)
                         continue
                     got.setdefault(port, []).append(data)
-            if until_probe == -1:
-                return
+            if waiting is not None and not waiting:
+                return  # (having read this round whole)
 
     @staticmethod
     def _probe_number(data: bytes) -> int | None:
