@@ -197,6 +197,7 @@ class _Sends:
     ina_payload: list[np.ndarray] = field(default_factory=list)
     # a copy's frame length when it is not its request's (a REJECT: the header, no lanes)
     length: list[np.ndarray] = field(default_factory=list)  # -1: the request's
+    cut: bool = False  # some copy is shorter than its request
 
 
 class FramePipeline:
@@ -472,6 +473,7 @@ class FramePipeline:
             head[short, IP_LEN] = ip_len >> 8
             head[short, IP_LEN + 1] = ip_len & 0xFF
             length[short] = INA + plen[short]
+            sends.cut = True
         csum = ipv4_checksum(head[:, IP:UDP])
         head[:, IP_CSUM] = csum >> 8
         head[:, IP_CSUM + 1] = csum & 0xFF
@@ -534,7 +536,7 @@ class FramePipeline:
         s = src[perm]
         out.data[:total, : f.shape[1]] = f[s]
         out.length[:total] = lengths[s]
-        if sends.length:
+        if sends.cut:
             own = np.full(total, -1, np.int64)
             own[np.flatnonzero(ina)] = np.concatenate(sends.length)
             own = own[perm]
