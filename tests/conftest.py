@@ -3,7 +3,13 @@ threads (real UDP sockets), so that tests run fast on two cores."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +24,32 @@ from ina.switch_model.pipeline import Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.server import SwitchServer
 from ina.switch_model.tables import JobSpec
+
+
+def ina_in_process(*argv: str, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``ina ARGV`` run in this process: its exit status, stdout and stderr, as
+    `subprocess.run` gives them. For the tests of bad input, which end before any work: the
+    same `ina.cli.main` as the command, without a new interpreter importing torch (seconds
+    each, most of those tests' time). A traceback fails the test here as it would there."""
+    from ina.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd = sys.argv[:], os.getcwd()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(list(argv))
+            except SystemExit as e:  # argparse's usage errors, --help
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return subprocess.CompletedProcess(["ina", *argv], rc, out.getvalue(), err.getvalue())
 
 
 def bmv2_thrift_serving(port: int, timeout: float = 10.0) -> bool:

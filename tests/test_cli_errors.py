@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ina_in_process
 
 from ina.cli import main as ina_main
 from ina.switch_model.tables import JobsFileError, load_jobs, local_job, save_jobs
@@ -291,8 +292,7 @@ def test_options_that_used_to_be_ignored_are_one_line_errors(argv, message):
 )  # fmt: skip
 def test_mistakes_found_in_a_first_hour_are_one_line(argv, message):
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "ina", *argv], capture_output=True, text=True,
-                       timeout=60, cwd=root)  # fmt: skip
+    r = ina_in_process(*argv, cwd=root)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert "Traceback" not in r.stderr and message in lines[-1], r.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ina_in_process
 
 from ina.workload.data import SHAPES, load_dataset
 
@@ -86,7 +87,7 @@ def test_the_shapes_table_is_the_data_sets_own():
     ],
 )
 def test_bad_options_are_one_line_errors(args, message):
-    r = subprocess.run([*INA, "train", *args], capture_output=True, text=True, timeout=60)
+    r = ina_in_process("sim", "train", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
@@ -101,7 +102,7 @@ def test_bad_options_are_one_line_errors(args, message):
     ],
 )
 def test_compare_sweep_lists_are_one_line_errors(args, message):
-    r = subprocess.run([*INA, "compare", *args], capture_output=True, text=True, timeout=60)
+    r = ina_in_process("sim", "compare", *args)
     assert r.returncode == 2
     assert message in r.stderr.strip().splitlines()[-1], r.stderr
 
@@ -117,8 +118,7 @@ def test_files_that_do_not_parse_are_one_line_errors(tmp_path):
         (bad_aicb, "bad.txt:3: field fwd_compute_time"),
         (no_backward, "no backward events"),
     ):
-        r = subprocess.run([*INA, "train", "--workload", str(path)], capture_output=True,
-                           text=True, timeout=60)  # fmt: skip
+        r = ina_in_process("sim", "train", "--workload", str(path))
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], r.stderr
@@ -133,7 +133,7 @@ def test_files_that_do_not_parse_are_one_line_errors(tmp_path):
     ],
 )
 def test_edges_that_used_to_pass_silently_are_one_line_errors(args, message):
-    r = subprocess.run([*INA, *args], capture_output=True, text=True, timeout=60)
+    r = ina_in_process("sim", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ina_in_process
 
 FIXED = ["--compute", "fixed:2ms", "--codec", "none"]  # simulated times independent of host
 
@@ -110,7 +111,8 @@ def test_compressed_and_dc2_training_run_in_simulation(tmp_path):
     ],
 )
 def test_bad_sim_options_are_one_line_errors(tmp_path, args, message):
-    r, _ = train(tmp_path, "bad", *args)
+    out = tmp_path / "bad"
+    r = ina_in_process("train", "--sim", "--no-progress", "--out", str(out), *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr

@@ -72,7 +72,7 @@ def default_runs(tmp_path_factory):
     return runs
 
 
-def test_a_run_says_where_it_wrote_and_leaves_no_temporary_files(default_runs):
+def check_a_run_says_where_it_wrote_and_leaves_no_temporary_files(default_runs):
     for backend, (out, _, stdout) in default_runs.items():
         assert f"wrote {out}: " in stdout and "summary.json" in stdout
         assert "network                      links unlimited each way, delay profile none" in stdout
@@ -84,7 +84,7 @@ def load_dumps(out: Path, world: int) -> list[dict]:
     return [torch.load(out / f"dump_rank{r}.pt") for r in range(world)]
 
 
-def test_one_step_matches_gloo_within_the_quantization_bound(default_runs):
+def check_one_step_matches_gloo_within_the_quantization_bound(default_runs):
     ina_out, ina, _ = default_runs["ina"]
     gloo_out, _, _ = default_runs["gloo"]
     world = ina["workers"]
@@ -118,7 +118,7 @@ def test_one_step_matches_gloo_within_the_quantization_bound(default_runs):
         assert ((p_ina - p_gloo).abs() <= bound).all(), name
 
 
-def test_ranks_hold_bit_identical_parameters_after_every_step(default_runs):
+def check_ranks_hold_bit_identical_parameters_after_every_step(default_runs):
     for backend in ("ina", "gloo"):
         _, result, _ = default_runs[backend]
         ranks = result["ranks"]
@@ -131,7 +131,7 @@ def test_ranks_hold_bit_identical_parameters_after_every_step(default_runs):
         assert result["replicas_identical"]
 
 
-def test_default_run_accuracy_matches_gloo(default_runs):
+def check_default_run_accuracy_matches_gloo(default_runs):
     _, ina, stdout = default_runs["ina"]
     _, gloo, _ = default_runs["gloo"]
     assert ina["final_accuracy"] >= 0.90
@@ -142,6 +142,15 @@ def test_default_run_accuracy_matches_gloo(default_runs):
     assert all(r["bytes_sent"] > 0 for r in ina["ranks"])
     counters = ina["switch_counters"]
     assert counters["aggregated"][0] > 0 and counters["drop_stale"][0] == 0
+
+
+def test_the_default_run_against_gloo(default_runs):
+    """The checks of the two default runs, in one test: the runs take a minute, and tests
+    spread over processes would each make them again."""
+    check_a_run_says_where_it_wrote_and_leaves_no_temporary_files(default_runs)
+    check_one_step_matches_gloo_within_the_quantization_bound(default_runs)
+    check_ranks_hold_bit_identical_parameters_after_every_step(default_runs)
+    check_default_run_accuracy_matches_gloo(default_runs)
 
 
 def test_dead_worker_fails_the_others_and_the_switch_serves_the_next_run(tmp_path):

@@ -54,6 +54,12 @@ STEP_CODEC_BPS = 30e9  # a GPU codec at 30 GB/s, the scenarios' codec
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=2, help="training runs at once")
+    p.add_argument(
+        "--step-models",
+        default=",".join(STEP_MODELS),
+        help="zoo models of the per-iteration part (the PTB LSTM's dense step at 1 Gbit/s "
+        "takes about 40 s to simulate)",
+    )
     p.add_argument("--seeds", type=int, default=1, help="training seeds per cell")
 
 
@@ -153,7 +159,9 @@ def tta_table(rows: list[dict]) -> str:
 # ---- part 2: per iteration ------------------------------------------------------------------
 
 
-def per_iteration(rates: tuple[float, ...], densities: tuple[float, ...]) -> list[dict]:
+def per_iteration(
+    rates: tuple[float, ...], densities: tuple[float, ...], models: tuple[str, ...] = STEP_MODELS
+) -> list[dict]:
     """Each zoo model's step (the second simulated step) at each rate and density."""
     from ina.sim.network import NetworkSpec
     from ina.sim.step import CommConfig, shape_of, simulate
@@ -162,7 +170,7 @@ def per_iteration(rates: tuple[float, ...], densities: tuple[float, ...]) -> lis
     from ina.workload.devices import device, layer_times
 
     rows = []
-    for name in STEP_MODELS:
+    for name in models:
         w = zoo.build(name, None, "fp32")
         shape = shape_of(w, layer_times(w, device(STEP_DEVICE)), 4)
         for rate in rates:
@@ -291,16 +299,27 @@ def claims(tta: list[dict], steps: list[dict]) -> list[Claim]:
 
 
 def run(args: argparse.Namespace) -> Report:
+    from ina.errors import UsageError
+    from ina.workload import zoo
+
     out = Path(args.out or f"runs/reproduce/{NAME}")
+    models = tuple(m for m in args.step_models.split(",") if m)
+    try:
+        if not models:
+            raise ValueError("names no model")
+        for m in models:
+            zoo.entry(m)
+    except ValueError as e:
+        raise UsageError(f"--step-models {args.step_models!r}: {e}") from None
     t0 = time.perf_counter()
     table, failed = time_to_accuracy(args, out)
     t_tta = time.perf_counter() - t0
     tta = tta_rows(table)
     t1 = time.perf_counter()
     steps = (
-        per_iteration(STEP_RATES_QUICK, STEP_DENSITIES_QUICK)
+        per_iteration(STEP_RATES_QUICK, STEP_DENSITIES_QUICK, models)
         if args.quick
-        else per_iteration(STEP_RATES, STEP_DENSITIES_FULL)
+        else per_iteration(STEP_RATES, STEP_DENSITIES_FULL, models)
     )
     t_steps = time.perf_counter() - t1
     preset = QUICK if args.quick else FULL
@@ -315,7 +334,7 @@ def run(args: argparse.Namespace) -> Report:
             "high: 1 ms + lognormal tail + 20 ms episodes, 1 s on / 3 s off), dense vs fixed "
             f"levels {preset['levels']} (homomorphic top-k with error feedback) vs DC2 laws "
             f"{preset['laws']} (each with its one default configuration, DC2_DEFAULT)",
-            f"per iteration: {', '.join(STEP_MODELS)} from the zoo at their own batch sizes, "
+            f"per iteration: {', '.join(models)} from the zoo at their own batch sizes, "
             f"FP32 on {STEP_WORKERS} V100s (data sheet roofline), links "
             f"{' and '.join(f'{r / 1e9:g}' for r in STEP_RATES)} Gbit/s (--quick: 1), INA "
             "aggregation",
