@@ -55,6 +55,18 @@ DEFAULT_UDP_PORT_BASE = 50000
 _PORT = re.compile(r"^(?P<switch>[A-Za-z_]\w*)-p(?P<port>\d+)$")
 
 
+MAX_SWITCHES = 4096
+
+
+def _switch_address(i: int) -> tuple[str, str]:
+    """The default INA IP and MAC of the ``i``-th switch (the top is 0): 10.0.0.253, .252,
+    ... for the first 100 (the files Mininet runs), then from 10.254.0.100 and
+    00:00:0c:00:00:64 on (the simulator's bigger trees)."""
+    if i < 100:
+        return f"10.0.0.{254 - i}", f"00:00:0a:00:00:{254 - i:02x}"
+    return f"10.254.{i >> 8}.{i & 255}", f"00:00:0c:00:{i >> 8:02x}:{i & 255:02x}"
+
+
 class TopologyError(UsageError):
     """A topology file that cannot be used; the message names the file and the culprit."""
 
@@ -83,7 +95,13 @@ class Link:
     b_port: int
     delay: str | None = None
     bw: float | None = None  # Mbit/s
-    loss: float | None = None  # per packet, each way (the simulator's links)
+    # the simulator's link models, each way (`ina.sim.network.LinkSpec`): loss per packet, a
+    # delay profile, cross traffic as a capacity share or as packets, a queue size
+    loss: float | None = None
+    profile: str | None = None
+    capacity: str | None = None
+    cross: str | None = None
+    buffer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,30 @@ class Fabric:
             if link.a == switch and link.b == towards and link.a_port is not None:
                 return link.a_port
         raise KeyError(f"{switch} has no link to {towards}")
+
+    def uplinks(self) -> dict[str, int]:
+        """Each link's index in ``links`` by its lower end (a link is named by it): a worker
+        host for its link to its switch, a switch for its link to its parent."""
+        named = {}
+        for i, link in enumerate(self.links):
+            if link.a_port is None:
+                named[link.a] = i
+            else:
+                named[link.a if self.switches[link.a].parent == link.b else link.b] = i
+        return named
+
+    def uplink(self, node: str) -> int:
+        """The index in ``links`` of the link above ``node``; `TopologyError` (one line,
+        naming what links there are) for a node with none."""
+        named = self.uplinks()
+        if node in named:
+            return named[node]
+        below = [s for s in self.switches if self.switches[s].parent is not None]
+        raise TopologyError(
+            f"topology {self.name} has no link {node!r}: a link is named by its lower end, a "
+            f"worker host ({self.workers[0]}..{self.workers[-1]}) or a switch below the top"
+            + (f" ({', '.join(below[:4])}{', ...' if len(below) > 4 else ''})" if below else "")
+        )
 
     def leaf_of(self, worker: int) -> tuple[str, int]:
         """(switch, worker id there) of global worker ``worker``."""
@@ -203,21 +245,32 @@ class Fabric:
         )
 
 
-def _link(raw, where: str) -> tuple[str, str, str | None, float | None, float | None]:
+MODELS = ("profile", "capacity", "cross", "buffer")  # a link object's simulator models, text
+
+
+def _link(raw, where: str) -> tuple[str, str, str | None, float | None, dict]:
+    """(node1, node2, delay, bw, the simulator's models: loss and `MODELS`)."""
     if isinstance(raw, dict):
         if "node1" not in raw or "node2" not in raw:
             raise TopologyError(f"{where}: link {raw!r} needs node1 and node2")
-        unknown = set(raw) - {"node1", "node2", "delay", "bw", "loss"}
+        unknown = set(raw) - {"node1", "node2", "delay", "bw", "loss", *MODELS}
         if unknown:
             raise TopologyError(f"{where}: link {raw!r}: unknown keys {sorted(unknown)}")
         loss = raw.get("loss")
         if loss is not None and not (isinstance(loss, int | float) and 0 <= loss < 1):
             raise TopologyError(f"{where}: link {raw!r}: loss must be in [0, 1)")
-        return raw["node1"], raw["node2"], raw.get("delay"), raw.get("bw"), loss
+        models = {k: str(raw[k]) for k in MODELS if raw.get(k) is not None}
+        return (
+            raw["node1"],
+            raw["node2"],
+            raw.get("delay"),
+            raw.get("bw"),
+            dict(loss=loss, **models),
+        )
     if not isinstance(raw, list) or not 2 <= len(raw) <= 4:
         raise TopologyError(f"{where}: link {raw!r}: expected [node1, node2, delay?, bw?]")
     delay, bw = (raw[2] if len(raw) > 2 else None), (raw[3] if len(raw) > 3 else None)
-    return raw[0], raw[1], delay, bw, None
+    return raw[0], raw[1], delay, bw, {}
 
 
 def _delay(value) -> str | None:
@@ -244,8 +297,8 @@ def parse(data: object, name: str = "topology") -> Fabric:
     if not isinstance(raw_switches, dict) or not raw_switches:
         raise TopologyError(f"{where}: no switches")
     switches: dict[str, Switch] = {}
-    if len(raw_switches) > 100:
-        raise TopologyError(f"{where}: more than 100 switches")
+    if len(raw_switches) > MAX_SWITCHES:
+        raise TopologyError(f"{where}: more than {MAX_SWITCHES} switches")
     # default INA addresses 10.0.0.254, .253, ...: the top switch first, as on one switch
     order = sorted(
         raw_switches,
@@ -263,8 +316,8 @@ def parse(data: object, name: str = "topology") -> Fabric:
         switches[sname] = Switch(
             sname,
             s.get("parent"),
-            s.get("ina_ip", top_ip if i == 0 else f"10.0.0.{254 - i}"),
-            str(s.get("ina_mac", top_mac if i == 0 else f"00:00:0a:00:00:{254 - i:02x}")).lower(),
+            s.get("ina_ip", top_ip if i == 0 else _switch_address(i)[0]),
+            str(s.get("ina_mac", top_mac if i == 0 else _switch_address(i)[1])).lower(),
         )
     for s in switches.values():
         if s.parent is not None and s.parent not in switches:
@@ -301,7 +354,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
         return key
 
     for raw in data.get("links") or []:
-        a, b, delay, bw, loss = _link(raw, where)
+        a, b, delay, bw, models = _link(raw, where)
         (an, ap), (bn, bp) = end(a, raw), end(b, raw)
         if ap is None and bp is None:
             raise TopologyError(f"{where}: link {raw!r} joins two hosts; hosts hang off switches")
@@ -315,7 +368,7 @@ def parse(data: object, name: str = "topology") -> Fabric:
             raise TopologyError(
                 f"{where}: link {raw!r} joins switches {an} and {bn}, neither the other's parent"
             )
-        links.append(Link(an, ap, bn, bp, _delay(delay), bw, loss))
+        links.append(Link(an, ap, bn, bp, _delay(delay), bw, **models))
     for s in switches.values():
         if s.parent is not None and not any(
             {link.a, link.b} == {s.name, s.parent} and link.a_port is not None for link in links
@@ -362,20 +415,26 @@ def parse(data: object, name: str = "topology") -> Fabric:
     return fabric
 
 
-GENERATED = re.compile(r"two_level:(\d+)x(\d+)")
+GENERATED = re.compile(r"(two_level|three_level):(\d+(?:x\d+)+)")
 
 
 def load(path: str | Path) -> Fabric:
     """Read a topology file, or build ``two_level:LxW`` (a spine over L leaves of W
-    workers each, `two_level`); `TopologyError` (one line) if it cannot be used."""
+    workers each, `two_level`) or ``three_level:AxLxW`` (a top switch over A switches, each
+    over L leaves of W workers, `tree`); `TopologyError` (one line) if it cannot be used."""
     m = GENERATED.fullmatch(str(path))
     if m:
-        leaves, per_leaf = int(m[1]), int(m[2])
-        if not (1 <= leaves <= MAX_WORKERS and 1 <= per_leaf <= MAX_WORKERS):
+        fanouts = [int(x) for x in m[2].split("x")]
+        if len(fanouts) != (2 if m[1] == "two_level" else 3):
             raise TopologyError(
-                f"topology {path}: need 1..{MAX_WORKERS} leaves of 1..{MAX_WORKERS} workers"
+                f"topology {path}: use two_level:LEAVESxWORKERS or three_level:AxLEAVESxWORKERS"
             )
-        return parse(two_level(leaves, per_leaf), name=f"two_level_{leaves}x{per_leaf}")
+        if not all(1 <= f <= MAX_WORKERS for f in fanouts):
+            raise TopologyError(
+                f"topology {path}: every level has 1..{MAX_WORKERS} switches or workers below "
+                "each switch (one bitmap)"
+            )
+        return parse(tree(fanouts), name=f"{m[1]}_{'x'.join(map(str, fanouts))}")
     p = Path(path)
     try:
         text = p.read_text()
@@ -403,17 +462,41 @@ def _host_address(n: int, hosts: int) -> dict:
 def two_level(leaves: int, per_leaf: int, bw: float | None = None) -> dict:
     """The ``two_level_LxW`` topology as data: a spine s1 over ``leaves`` leaf switches,
     ``per_leaf`` worker hosts on each (used to write the files, and by `load`)."""
+    return tree([leaves, per_leaf], bw)
+
+
+def tree(fanouts: list[int], bw: float | None = None) -> dict:
+    """A tree as topology data: the top switch s1 over ``fanouts[0]`` switches, each over
+    ``fanouts[1]``, ..., the last number the worker hosts on each leaf. Two levels name the
+    leaves l1, l2, ... (as the shipped two-level files do); three, the middle switches
+    m1, m2, ... and their leaves l1, l2, ... across the tree."""
     hosts, links, switches = {}, [], {"s1": {}}
+    total = 1
+    for f in fanouts:
+        total *= f
     n = 0
-    for leaf in range(1, leaves + 1):
-        switches[f"l{leaf}"] = {"parent": "s1"}
-        for p in range(1, per_leaf + 1):
-            n += 1
-            hosts[f"h{n}"] = _host_address(n, leaves * per_leaf)
-            link = [f"h{n}", f"l{leaf}-p{p}"]
-            links.append(link if bw is None else [*link, "0ms", bw])
-        up = [f"l{leaf}-p{per_leaf + 1}", f"s1-p{leaf}"]
-        links.append(up if bw is None else [*up, "0ms", bw])
+    made = {"m": 0, "l": 0}
+
+    def wire(a: str, b: str) -> None:
+        links.append([a, b] if bw is None else [a, b, "0ms", bw])
+
+    def below(parent: str, level: int) -> None:
+        nonlocal n
+        if level == len(fanouts) - 1:  # worker hosts
+            for p in range(1, fanouts[level] + 1):
+                n += 1
+                hosts[f"h{n}"] = _host_address(n, total)
+                wire(f"h{n}", f"{parent}-p{p}")
+            return
+        kind = "l" if level == len(fanouts) - 2 else "m"
+        for i in range(1, fanouts[level] + 1):
+            made[kind] += 1
+            name = f"{kind}{made[kind]}"
+            switches[name] = {"parent": parent}
+            below(name, level + 1)
+            wire(f"{name}-p{fanouts[level + 1] + 1}", f"{parent}-p{i}")
+
+    below("s1", 0)
     return {
         "hosts": hosts,
         "switches": switches,

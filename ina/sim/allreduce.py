@@ -26,7 +26,9 @@ from ina import topology, units
 from ina.p4.entities import POOL_SLOTS
 from ina.sim.backends import build
 from ina.sim.network import PLACEMENTS, NetworkSpec, workers_for
-from ina.sim.options import add_network_arguments, describe, network_spec
+from ina.sim.nodes import Compute
+from ina.sim.options import add_network_arguments, describe, network_spec, with_link_conditions
+from ina.sim.stragglers import Stragglers, parse_stragglers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,14 +39,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timing-only",
         action="store_true",
-        help="one representative worker stands for all (identical deterministic links): "
-        "any number of workers, one worker's memory (docs/simulation.md)",
+        help="one worker stands for each class of alike workers (same links, same compute; "
+        "found from the topology and the options): any number of workers, times and traffic "
+        "but no checked sums (docs/simulation.md)",
     )
     p.add_argument(
         "--topology",
         metavar="FILE",
         help="a topology file (bmv2_topologies/two_level_2x2.json): its switches aggregate "
         "hierarchically, its workers replace --workers",
+    )
+    p.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="NODE:KEY=VALUE,...",
+        help="conditions on one link of the --topology, named by its lower end (a worker "
+        "host, or a switch for its uplink): rate, delay, loss, profile, capacity, cross, "
+        "buffer, as in a topology file (l3:capacity=episodes:share=0.5:fixed=1); repeatable",
+    )
+    p.add_argument(
+        "--rack",
+        action="append",
+        default=[],
+        metavar="SWITCH:KEY=VALUE,...",
+        help="the same conditions on every link below a switch of the --topology; repeatable",
+    )
+    p.add_argument(
+        "--compute",
+        default="0",
+        help="simulated compute before each call (a backward pass), e.g. 20ms; --stragglers "
+        "scales it per worker",
+    )
+    p.add_argument(
+        "--stragglers",
+        default="none",
+        help="per-worker factors on --compute: slow:W=F[,W=F], jitter:SIGMA, factors:F,... "
+        "or A+B (ina/sim/stragglers.py)",
     )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument(
@@ -83,12 +114,22 @@ def run(
     seed: int = 0,
     codec_time: Callable[[float], float] = lambda wall: 0.0,
     lookahead_s: float | None = None,
+    compute_s: float = 0.0,
+    stragglers: Stragglers | None = None,
+    max_memory: bool = False,
 ) -> dict:
     """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker.
     ``codec_time`` charges the workers' own code (see `ina.workload.compute.CodecModel`);
     ``lookahead_s`` caps every node's lookahead (1e-9: one packet per event, as the ns-3
-    backend delivers them; `ina sim fidelity` uses it to tell batching from modelling)."""
-    net = build(spec, codec_time)
+    backend delivers them; `ina sim fidelity` uses it to tell batching from modelling).
+    Each call follows ``compute_s`` of compute, times each worker's factor (``stragglers``).
+    ``max_memory``: refuse (ValueError) a run whose simulated workers' tensors would not
+    fit in memory (`check_memory`)."""
+    factors = (stragglers or Stragglers()).factor_matrix(spec.workers, iters, seed)
+    # timing only: workers with other compute times are classes of their own
+    net = build(spec, codec_time, lambda g: tuple(factors[:, g]) if compute_s else None)
+    if max_memory:
+        check_memory(size, len(net.workers), spec.timing_only, spec.workers)
     if lookahead_s is not None:
         for node in [*net.workers, *(net.switches.values() or [net.switch])]:
             node.lookahead = min(node.lookahead, lookahead_s)
@@ -98,15 +139,21 @@ def run(
     tensors = [rng.standard_normal(size).astype(np.float32) for _ in net.workers]
 
     def program(w: int):
-        calls = []
-        for _ in range(iters):
+        calls, ends = [], []
+        g = net.members[w][0]  # (its class's workers all have its compute times)
+        for i in range(iters):
+            if compute_s:
+                yield Compute(compute_s * factors[i, g])
             t0 = net.now
             yield from workers[w].allreduce_steps(tensors[w], key="tensor")
             calls.append(net.now - t0)
-        return calls
+            ends.append(net.now)
+        return calls, ends
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    per_worker = net.run([program(w) for w in range(len(net.workers))])
+    done = net.run([program(w) for w in range(len(net.workers))])
+    per_worker = [calls for calls, _ in done]
+    ends = [max(e[i] for _, e in done) for i in range(iters)]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     expected = np.add.reduce([w.last_ints for w in workers], dtype=np.int32)
     exact = all(np.array_equal(w.last_int_sums, expected) for w in workers)
@@ -123,11 +170,19 @@ def run(
         "density": density,
         "exact": bool(exact),
         "call_seconds": [max(c[i] for c in per_worker) for i in range(iters)],
+        # compute and call, from the end of the previous one for the slowest worker
+        "step_seconds": [b - a for a, b in zip([0.0, *ends], ends, strict=False)],
+        "compute_s": compute_s,
+        "stragglers": (stragglers or Stragglers()).text,
+        "simulated_workers": len(net.workers),
         "sim_seconds": net.now,
         "packets_on_links": packets,
         "bytes_on_links": sum(link.bytes for link in links),
         "packets_sent_per_worker": [s.packets_sent for s in stats],
-        "retransmissions": sum(s.retransmissions for s in stats),
+        # (timing only: each simulated worker's once per worker it stands for)
+        "retransmissions": sum(
+            s.retransmissions * len(m) for s, m in zip(stats, net.members, strict=True)
+        ),
         "queue_delay_up_s": mean_queue_delay(ups),
         "queue_delay_down_s": mean_queue_delay(downs),
         "counters": {k: v[0] for k, v in net.pipeline.counters.snapshot().items()},
@@ -147,16 +202,26 @@ def mean_queue_delay(links) -> float:
 
 
 def print_result(r: dict) -> None:
+    n = r.get("simulated_workers", 1)
     print(
         f"model: {r['model']}"
-        + (" (timing only: one worker stands for all)" if r["timing_only"] else "")
+        + (
+            f" (timing only: {n:,} class{'' if n == 1 else 'es'} of alike workers, one "
+            "worker simulated for each)"
+            if r["timing_only"]
+            else ""
+        )
     )
     print(
         f"{r['size']:,} float32 values per worker, {units.plural(r['iters'], 'call')}, "
         f"density {r['density']:g}"
     )
     for i, s in enumerate(r["call_seconds"]):
-        print(f"  call {i}: {units.format_seconds(s):>12} simulated")
+        step = r.get("step_seconds", [])
+        with_compute = (
+            f" (step with compute: {units.format_seconds(step[i])})" if r.get("compute_s") else ""
+        )
+        print(f"  call {i}: {units.format_seconds(s):>12} simulated{with_compute}")
     print(
         f"traffic: {r['packets_on_links']} packets on links, {r['retransmissions']} "
         "retransmissions"
@@ -195,12 +260,21 @@ def available_memory() -> int | None:
     return None
 
 
-def check_memory(size: int, workers: int, timing_only: bool = False) -> None:
-    """ValueError before a run that would not fit in memory, with the estimate."""
+def check_memory(size: int, workers: int, timing_only: bool = False, of: int | None = None) -> None:
+    """ValueError before a run that would not fit in memory, with the estimate: ``workers``
+    simulated workers (timing only: classes, of ``of`` workers in all)."""
     need = BYTES_PER_VALUE_PER_WORKER * size * workers
     have = available_memory()
     if have is None or need <= have:
         return
+    if timing_only and workers > 1:
+        raise ValueError(
+            f"--size {size:,} with {workers:,} classes of alike workers (of {of or workers:,}; "
+            f"every link with loss or a random delay profile, and every worker with its own "
+            f"compute, is a class) needs about {need / 2**30:,.1f} GiB even timing only, and "
+            f"{have / 2**30:,.1f} GiB is free: make fewer links and workers differ, or use a "
+            "smaller --size"
+        )
     if timing_only:
         raise ValueError(
             f"--size {size:,} needs about {need / 2**30:,.1f} GiB even timing only (one "
@@ -220,12 +294,20 @@ def main(args: argparse.Namespace) -> int:
         ):
             raise ValueError("--size must be a whole number >= 1 and --iters >= 1")
         args.size = int(args.size)
-        workers = len(topology.load(args.topology).workers) if args.topology else args.workers
-        # timing only: one representative worker's tensor, however many it stands for
-        check_memory(args.size, 1 if args.timing_only else workers, args.timing_only)
+        fabric = topology.load(args.topology) if args.topology else None
+        if (args.link or args.rack) and fabric is None:
+            raise ValueError("--link and --rack name links of a --topology (e.g. two_level:4x8)")
+        if fabric is not None:
+            fabric = with_link_conditions(fabric, args.link, args.rack)
+        workers = len(fabric.workers) if fabric else args.workers
+        # timing only: the classes' tensors, checked once they are known (in `run`)
+        if not args.timing_only:
+            check_memory(args.size, workers)
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
-        fabric = topology.load(args.topology) if args.topology else None
+        compute_s = units.seconds(args.compute, "--compute")
+        stragglers = parse_stragglers(args.stragglers)
+        stragglers.factor_matrix(workers, 1, 0)  # a worker out of range: one line now
         spec = replace(
             network_spec(
                 args,
@@ -252,7 +334,14 @@ def main(args: argparse.Namespace) -> int:
         jobs.print_result(r)
         write(args.out, r)
         return 0 if r["exact"] else 1
-    r = run(spec, args.size, args.iters, args.density, args.seed)
+    try:
+        r = run(
+            spec, args.size, args.iters, args.density, args.seed,
+            compute_s=compute_s, stragglers=stragglers, max_memory=True,
+        )  # fmt: skip
+    except ValueError as e:  # (the classes' memory)
+        print(f"ina sim allreduce: {e}", file=sys.stderr)
+        return 2
     print_result(r)
     write(args.out, r)
     return 0 if r["exact"] else 1

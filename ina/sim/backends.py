@@ -7,7 +7,7 @@ both, picks one by ``spec.backend``, so neither engine imports the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from ina.sim.network import NetworkSpec, SimNetwork
 from ina.sim.network import build as build_fast
@@ -22,11 +22,17 @@ def check(spec: NetworkSpec) -> None:
         check_ns3(spec)
 
 
-def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
-    """The network of ``spec`` on its backend (`ina.sim.network.build` for the fast engine)."""
+def build(
+    spec: NetworkSpec,
+    codec_time: Callable[[float], float] = lambda wall: 0.0,
+    worker_key: Callable[[int], Hashable] = lambda w: None,
+) -> SimNetwork:
+    """The network of ``spec`` on its backend (`ina.sim.network.build` for the fast engine;
+    ``worker_key``, what differs in a worker's program, matters to timing only, which ns-3
+    does not run)."""
     if spec.backend == "ns3":
         from ina.sim import ns3net  # imports ns-3 only when asked for
 
         check(spec)
         return ns3net.build(spec, codec_time)
-    return build_fast(spec, codec_time)
+    return build_fast(spec, codec_time, worker_key)

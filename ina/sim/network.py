@@ -26,7 +26,7 @@ has them: one bottleneck that all of the job's traffic crosses (the switch's por
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -58,12 +58,15 @@ from ina.protocol import (
     MAX_WORKERS,
     packet_bytes,
 )
+from ina.sim.classes import Classes
+from ina.sim.classes import find as find_classes
 from ina.sim.engine import Engine, make_engine
 from ina.sim.nodes import Link, OrderedLink, Program, SwitchNode, WorkerNode
 from ina.switch_model.pipeline import PARENT, Pipeline
 from ina.switch_model.run import install_job_spec
 from ina.switch_model.tables import local_job
 from ina.topology import Fabric
+from ina.topology import Link as TopoLink
 
 JOB_ID = 1  # the first job's id; job k (from 0) is JOB_ID + k
 PLACEMENTS = ("separate", "shared")
@@ -80,6 +83,7 @@ BACKENDS = ("fast", "ns3")
 MIN_RTO_ROUND_TRIPS = 5.0  # min_rto, in round trips (the estimator also keeps 2 x srtt)
 INITIAL_RTO_ROUND_TRIPS = 8.0  # the timeout before any sample (the join's, the first window's)
 MIN_RTO_FLOOR_S = 20e-6
+DETERMINISTIC = ("none", "constant")  # the delay profiles that draw no random numbers
 
 
 @dataclass(frozen=True)
@@ -184,10 +188,11 @@ class NetworkSpec:
             most, why = MAX_JOB_WORKERS, " (on a tree)"
         if not 1 <= self.workers <= most:
             raise ValueError(f"workers must be 1..{most} per job{why}, got {self.workers}")
-        if self.timing_only:
+        if self.timing_only and self.topology is None:
+            # (on a tree, a link with a random stream of its own is a class of its own)
             for link in (self.up, self.down):
                 name, _ = parse_profile(link.profile)
-                if link.loss or name not in ("none", "constant"):
+                if link.loss or name not in DETERMINISTIC:
                     raise ValueError(
                         "timing only needs deterministic links (no loss, delay profile none or "
                         "constant): one worker stands for all, so all must see the same"
@@ -195,8 +200,6 @@ class NetworkSpec:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.topology is not None:
-            if self.timing_only:
-                representative_tree(self.topology)  # only a symmetric tree (ValueError)
             if self.jobs != 1:
                 raise ValueError("a topology runs one job (its file's); --jobs needs one switch")
             if self.workers != len(self.topology.workers):
@@ -430,6 +433,13 @@ class SimNetwork:
     workers: list[WorkerNode]  # every job's, job by job
     job_of: list[int] = field(default_factory=list)  # each worker's job (from 0)
     switches: dict[str, SwitchNode] = field(default_factory=dict)  # a topology's, by name
+    # the workers each simulated worker stands for (timing only: its class; else itself),
+    # as indices into the job's workers (a topology's ``workers`` order)
+    members: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            self.members = [[w] for w in range(len(self.workers))]
 
     def links(self) -> list[Link]:
         """Every link, once (a shared host's link carries several workers; a topology's
@@ -478,24 +488,41 @@ def workers_for(net: SimNetwork, density: float = 1.0) -> list[Worker]:
     ]
 
 
-def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall: 0.0) -> SimNetwork:
+def build(
+    spec: NetworkSpec,
+    codec_time: Callable[[float], float] = lambda wall: 0.0,
+    worker_key: Callable[[int], Hashable] = lambda w: None,
+) -> SimNetwork:
     """Wire the network of ``spec`` (see the module docstring).
 
     Timing only (``spec.timing_only``): with every worker's links alike and deterministic,
-    every worker sends and receives at the same times, so one worker, running the real
-    transport core and program, stands for all N. The switch's job has that one worker (each
-    of its packets completes its slot, as the last of N identical contributions would), its
-    processing queue counts each packet N times (the N contributions it stands for), and its
-    result leaves on one downlink of the N identical ones. Same simulated times as N workers
-    (a test compares them), with one worker's memory and work. With several jobs, one
-    representative per job (on one host, when the jobs share hosts).
+    workers that run alike programs (``worker_key(w)``: what differs in worker ``w``'s, e.g.
+    its compute factor; None for the same as all) send and receive at the same times, so one
+    worker of each such class, running the real transport core and program, stands for all
+    of its class (`ina.sim.classes`; on a tree, links make classes too). The switch's job has
+    one worker per class, its processing queue counts each of their packets as many times
+    as the class has workers, and a result leaves on one downlink of the class's identical
+    ones. Same simulated times as every worker (tests compare them), with one worker's
+    memory and work per class. With several jobs (alike), one representative per job (on
+    one host, when the jobs share hosts).
     """
     if spec.backend != "fast":
         raise ValueError(f"backend {spec.backend!r}: build it with ina.sim.backends.build")
     if spec.topology is not None:
-        return _build_tree(spec, spec.topology, codec_time)
+        return _build_tree(spec, spec.topology, codec_time, worker_key)
     engine = make_engine(spec.engine)
-    per_job = 1 if spec.timing_only else spec.workers
+    groups = [[w] for w in range(spec.workers)]
+    if spec.timing_only:
+        alike: dict[Hashable, list[int]] = {}
+        for w in range(spec.workers):
+            alike.setdefault(worker_key(w), []).append(w)
+        groups = list(alike.values())
+        if len(groups) > MAX_WORKERS or (spec.jobs > 1 and len(groups) > 1):
+            raise ValueError(
+                f"timing only on one switch: {len(groups)} classes of workers; one switch "
+                f"simulates 1..{MAX_WORKERS} classes of one job (use a --topology)"
+            )
+    per_job = len(groups)
     modelled = spec.jobs * per_job
     hosts = per_job if spec.placement == "shared" else modelled
     pipeline = Pipeline(lanes=spec.lanes, pool_total=max(spec.switch_slots, spec.pool_size))
@@ -520,15 +547,15 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         up_min,
         rate_bps=spec.switch.rate_bps,
         latency=spec.switch.latency_s,
-        weight=spec.workers if spec.timing_only else 1,
+        weight=[len(g) for g in groups],
     )
     workers, job_of = [], []
     host_nodes: list[dict[int, WorkerNode]] = [{} for _ in range(hosts)]
     for k in range(spec.jobs):
         for w in range(per_job):
             cfg = spec.worker_config(w, k)
-            if spec.timing_only:  # the representative is the job's only member on the switch
-                cfg = replace(cfg, num_workers=1)
+            if spec.timing_only:  # the representatives are the job's members on the switch
+                cfg = replace(cfg, num_workers=per_job)
             core = TransportCore(cfg, nonce=int(nonces[len(workers)]))
             node = WorkerNode(engine, core, up_min + switch_min + down_min, codec_time)
             host = w if spec.placement == "shared" else len(workers)
@@ -548,7 +575,7 @@ def build(spec: NetworkSpec, codec_time: Callable[[float], float] = lambda wall:
         for port, (job_id, node) in enumerate(nodes.items()):
             node.uplink, node.port = uplink, port
             switch.ports[(job_id, node.core.cfg.worker_id)] = downlink
-    return SimNetwork(spec, engine, pipeline, switch, workers, job_of)
+    return SimNetwork(spec, engine, pipeline, switch, workers, job_of, members=groups * spec.jobs)
 
 
 _JOB_FIELD = HEADER_DTYPE.fields["job_id"][1]  # the job id's byte offset in the header
@@ -567,61 +594,41 @@ def _by_job(nodes: dict[int, WorkerNode]) -> Callable[[np.ndarray, np.ndarray, n
     return deliver
 
 
-def _link_spec(
-    base: LinkSpec, bw_mbit: float | None, delay: str | None, loss: float | None = None
-) -> LinkSpec:
-    """``base`` with a topology file's ``bw`` (Mbit/s), ``delay`` and ``loss`` for a link."""
-    if loss is not None:
-        base = replace(base, loss=float(loss))
-    if bw_mbit is not None:
-        base = replace(base, rate_bps=float(bw_mbit) * 1e6)
-    if delay is not None:
-        base = replace(base, prop_delay_s=units.seconds(delay, "link delay"))
-    return base
+def link_spec(base: LinkSpec, link: TopoLink) -> LinkSpec:
+    """``base`` with what a topology's ``link`` says: its ``bw`` (Mbit/s), ``delay`` and the
+    simulator's models (loss, delay profile, capacity, cross traffic, buffer)."""
+    changes: dict = {}
+    if link.bw is not None:
+        changes["rate_bps"] = float(link.bw) * 1e6
+    if link.delay is not None:
+        changes["prop_delay_s"] = units.seconds(link.delay, "link delay")
+    if link.loss is not None:
+        changes["loss"] = float(link.loss)
+    for key in ("profile", "capacity", "cross"):
+        if getattr(link, key) is not None:
+            changes[key] = getattr(link, key)
+    if link.buffer is not None:
+        changes["buffer_bytes"] = units.size(link.buffer, "buffer")
+    return replace(base, **changes) if changes else base
 
 
-def representative_tree(fabric: Fabric) -> tuple[Fabric, dict[str, int]]:
-    """Timing only on a tree: the path of one representative worker, and how many
-    contributors each switch on it stands for.
+def link_classes(
+    spec: NetworkSpec, fabric: Fabric, worker_key: Callable[[str], Hashable] = lambda h: None
+) -> Classes:
+    """The workers' equivalence classes on ``fabric`` (`ina.sim.classes`): a link is described
+    by its two directions' `LinkSpec`s, one that draws random numbers (loss, a random delay
+    profile) by its own name, since every link has a stream of its own."""
+    wired = {lower: (up, down) for lower, _, up, down in tree_links(spec, fabric)}
 
-    Where every switch's contributors are alike (all workers, or all switches with alike
-    subtrees, each on a link with the same parameters), every worker sends and receives at
-    the same times, as on one switch: the first contributor of every switch stands for all,
-    and the switch's processing queue counts each of its packets as many times. ValueError
-    (one line) for a tree that is not symmetric."""
+    def key(node: str) -> Hashable:
+        up, down = wired[node]
+        if any(
+            link.loss or parse_profile(link.profile)[0] not in DETERMINISTIC for link in (up, down)
+        ):
+            return ("own random stream", node)
+        return (up, down)
 
-    def shape(node: str) -> tuple:
-        if node in fabric.hosts:
-            return ("worker",)
-        kids = fabric.contributors(node)
-        shapes = {(_link_params(fabric, k, node), shape(k)) for k in kids}
-        if len(shapes) != 1:
-            raise ValueError(
-                f"timing only needs a symmetric tree; the contributors of switch {node} "
-                "differ (workers and switches mixed, or their links or subtrees differ)"
-            )
-        return ("switch", len(kids), *shapes)
-
-    shape(fabric.root)
-    keep, weights, node = {fabric.root}, {}, fabric.root
-    while node not in fabric.hosts:
-        weights[node] = len(fabric.contributors(node))
-        node = fabric.contributors(node)[0]
-        keep.add(node)
-    reduced = replace(
-        fabric,
-        hosts={h: v for h, v in fabric.hosts.items() if h in keep},
-        switches={s: v for s, v in fabric.switches.items() if s in keep},
-        links=[link for link in fabric.links if link.a in keep and link.b in keep],
-        workers=[node],
-        host_switch={node: fabric.host_switch[node]},
-    )
-    return reduced, weights
-
-
-def _link_params(fabric: Fabric, lower: str, upper: str) -> tuple:
-    link = next(x for x in fabric.links if {x.a, x.b} == {lower, upper})
-    return (link.delay, link.bw, link.loss)
+    return find_classes(fabric, key, worker_key)
 
 
 def tree_links(spec: NetworkSpec, fabric: Fabric) -> list[tuple[str, str, LinkSpec, LinkSpec]]:
@@ -636,8 +643,7 @@ def tree_links(spec: NetworkSpec, fabric: Fabric) -> list[tuple[str, str, LinkSp
             lower, upper = link.a, link.b
         else:
             lower, upper = link.b, link.a
-        up = _link_spec(spec.up, link.bw, link.delay, link.loss)
-        down = _link_spec(spec.down, link.bw, link.delay, link.loss)
+        up, down = link_spec(spec.up, link), link_spec(spec.down, link)
         wired.append((lower, upper, up, down))
     return wired
 
@@ -660,34 +666,48 @@ def tree_worker_config(spec: NetworkSpec, fabric: Fabric, g: int) -> WorkerConfi
     return replace(cfg, job_id=fabric.job_id, num_workers=len(fabric.workers))
 
 
-def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
+def _build_tree(
+    spec: NetworkSpec,
+    fabric: Fabric,
+    codec_time,
+    worker_key: Callable[[int], Hashable] = lambda w: None,
+) -> SimNetwork:
     """`build` for a tree of switches: a pipeline per switch (`tree_pipelines`), workers on
     their leaves with their ids there, each link both ways. A switch's lookahead is the
     shortest latency of the links into it; a worker's the shortest worker-leaf-worker round
-    trip."""
+    trip. Timing only: the reduced tree of the workers' classes (`link_classes`), each link
+    with the random stream it has in the whole tree."""
     engine = make_engine(spec.engine)
     job = fabric.job_id
-    weights: dict[str, int] = {}
+    full = fabric
+    index = {h: g for g, h in enumerate(full.workers)}  # a worker's place in the whole tree
+    classes = None
     if spec.timing_only:
-        fabric, weights = representative_tree(fabric)
+        classes = link_classes(spec, fabric, lambda host: worker_key(index[host]))
+        fabric = classes.fabric
+    # every link's and worker's random numbers as in the whole tree, whatever is kept
     root = np.random.SeedSequence(spec.seed)
-    nonce_seed, *link_seeds = root.spawn(1 + 2 * len(fabric.links))
-    n = len(fabric.workers)
-    nonces = np.random.default_rng(nonce_seed).integers(0, 1 << 32, n, dtype=np.uint64)
+    nonce_seed, *link_seeds = root.spawn(1 + 2 * len(full.links))
+    seed_of = {(link.a, link.b): i for i, link in enumerate(full.links)}
+    nonces = np.random.default_rng(nonce_seed).integers(
+        0, 1 << 32, len(full.workers), dtype=np.uint64
+    )
     frame = packet_bytes(spec.lanes) + FRAME_OVERHEAD
     switch_min = spec.switch.latency_s + (
         0.0 if spec.switch.rate_bps is None else frame * 8 / spec.switch.rate_bps
     )
     # Each link: (lower end, upper end, emulator going up, emulator coming down).
-    wired = [
-        (
-            lower,
-            upper,
-            link_emulator(up, link_seeds[2 * i], spec.seed),
-            link_emulator(down, link_seeds[2 * i + 1], spec.seed),
+    wired = []
+    for link, (lower, upper, up, down) in zip(fabric.links, tree_links(spec, fabric), strict=True):
+        i = seed_of[(link.a, link.b)]
+        wired.append(
+            (
+                lower,
+                upper,
+                link_emulator(up, link_seeds[2 * i], spec.seed),
+                link_emulator(down, link_seeds[2 * i + 1], spec.seed),
+            )
         )
-        for i, (lower, upper, up, down) in enumerate(tree_links(spec, fabric))
-    ]
     into: dict[str, list[float]] = {s: [] for s in fabric.switches}
     for lower, upper, up, down in wired:
         into[upper].append(min_latency(up, frame))
@@ -701,7 +721,7 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             min(into[s]),
             rate_bps=spec.switch.rate_bps,
             latency=spec.switch.latency_s,
-            weight=weights.get(s, 1),
+            weight=1 if classes is None else classes.switch_weights(s),
         )
         for s, pipeline in pipelines.items()
     }
@@ -712,8 +732,8 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
     )
     nodes: dict[str, WorkerNode] = {}
     for g, host in enumerate(fabric.workers):
-        # (timing only: the representative is alone on its leaf, as on one switch)
-        core = TransportCore(tree_worker_config(spec, fabric, g), nonce=int(nonces[g]))
+        cfg = replace(tree_worker_config(spec, fabric, g), num_workers=len(full.workers))
+        core = TransportCore(cfg, nonce=int(nonces[index[host]]))
         nodes[host] = WorkerNode(engine, core, rtt, codec_time)
     for lower, upper, up, down in wired:
         if lower in fabric.hosts:
@@ -730,7 +750,10 @@ def _build_tree(spec: NetworkSpec, fabric: Fabric, codec_time) -> SimNetwork:
             switches[upper].ports[(job, child)] = lower_in
     top = fabric.root
     workers = [nodes[h] for h in fabric.workers]
-    return SimNetwork(spec, engine, pipelines[top], switches[top], workers, switches=switches)
+    members = [[index[m] for m in (classes.members[h] if classes else [h])] for h in fabric.workers]
+    return SimNetwork(
+        spec, engine, pipelines[top], switches[top], workers, switches=switches, members=members
+    )
 
 
 def parse_link(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time as wallclock
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +36,9 @@ import numpy as np
 from ina.host.rounds import Reduced, Round
 from ina.host.transport_core import TransportCore
 from ina.netem import LinkEmulator
-from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, Flag
+from ina.protocol import FRAME_OVERHEAD, HEADER_DTYPE, Flag, Op
 from ina.sim.engine import Engine
-from ina.switch_model.pipeline import MULTICAST, Outputs, Pipeline
+from ina.switch_model.pipeline import MULTICAST, PARENT, Outputs, Pipeline
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ Program = Generator[Round | Compute, Reduced | None, object]
 
 
 _FLAGS_FIELD = HEADER_DTYPE.fields["flags"][1]  # the flags' byte offset in the header
+_WORKER_FIELD = HEADER_DTYPE.fields["worker_id"][1]
+_OP_FIELD = HEADER_DTYPE.fields["op"][1]
+_SEQ_LAST = HEADER_DTYPE.fields["seq"][1] + 3  # the last byte of the big-endian seq
 
 
 class _Inbox:
@@ -299,8 +302,9 @@ class SwitchNode:
             at any rate (the ports are the bottleneck, as on a line-rate switch).
         latency: the pipeline's latency, seconds.
         weight: how many contributors' packets each packet from below stands for in the
-            processing queue (timing only: one representative for many,
-            `ina.sim.network.build`); results coming down from a parent count once.
+            processing queue (timing only: one representative for a class of alike
+            contributors, `ina.sim.classes`), one number for all or one per worker id;
+            results coming down from a parent count once.
     """
 
     def __init__(
@@ -310,11 +314,19 @@ class SwitchNode:
         lookahead: float,
         rate_bps: float | None = None,
         latency: float = 0.0,
-        weight: int = 1,
+        weight: int | Sequence[int] = 1,
     ) -> None:
         self.engine = engine
         self.pipeline = pipeline
-        self.weight = weight
+        # by worker id (the header's): every id a byte can hold, so no lookup fails
+        self.weights = np.ones(256, np.int64)
+        if isinstance(weight, int):
+            self.weights[:] = weight
+        else:
+            self.weights[: len(weight)] = weight
+        self.weighted = bool((self.weights != 1).any())
+        self._class_nonces: set[bytes] = set()  # JOIN nonces of weighted contributors
+        self._last_joiners: set[bytes] = set()  # nonces whose class had the run's last JOIN
         self.lookahead = lookahead
         self.latency = latency
         self.queue = LinkEmulator(rate_bps=rate_bps)  # the processing queue (no loss, no delay)
@@ -371,12 +383,20 @@ class SwitchNode:
             self._wake.request(max(self.inbox.first, self.engine.now))
 
     def _process(self, t: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        size = lengths + FRAME_OVERHEAD
+        size = unit = lengths + FRAME_OVERHEAD
         count = None
-        if self.weight != 1:  # contributions stand for `weight` each; a parent's results once
+        if self.weighted:  # a contribution stands for its class; a parent's results once
             result = (data[:, _FLAGS_FIELD] & int(Flag.RESULT)) != 0
-            count = np.where(result, 1, self.weight)
+            count = np.where(result, 1, self.weights[data[:, _WORKER_FIELD]])
             size = size * count
+            joins = np.flatnonzero((count > 1) & (data[:, _OP_FIELD] == int(Op.JOIN)))
+            for r in joins.tolist():
+                nonce = bytes(data[r, _SEQ_LAST - 3 : _SEQ_LAST + 1])
+                self._class_nonces.add(nonce)
+                if nonce in self._last_joiners:  # its member that joined last does not ask
+                    self._last_joiners.discard(nonce)
+                    count[r] -= 1
+                    size[r] -= unit[r]
         done = self.queue.admit_batch(t, size, count) + self.latency
         if self._out.data.shape[0] < t.size:
             self._out = Outputs.allocate(2 * t.size, self.pipeline.payload_bytes)
@@ -391,6 +411,11 @@ class SwitchNode:
         when = done[out.src[:m]]
         pb = self.pipeline.payload_bytes
         lengths = out.length[:m].copy()
+        rows_data = out.data
+        if self._class_nonces:
+            self._rename_runs(out, m)
+        if self.weighted and (out.answer[:m] & (dest == PARENT)).any():
+            dest, job, group, when, lengths, rows_data = self._per_member(out, m, data, unit, when)
         multicast = dest == MULTICAST
         targets: dict[tuple[int, int], np.ndarray] = {}  # (job_id, worker) -> output mask
         kinds = set(zip(dest.tolist(), group.tolist(), job.tolist(), strict=True))
@@ -419,8 +444,44 @@ class SwitchNode:
             shared = copies.get(rows.tobytes())
             if shared is None:
                 r = np.flatnonzero(rows)
-                shared = copies[rows.tobytes()] = (when[r], out.data[r, :pb], lengths[r])
+                shared = copies[rows.tobytes()] = (when[r], rows_data[r, :pb], lengths[r])
             link.send(*shared)
+
+    def _rename_runs(self, out: Outputs, m: int) -> None:
+        """A run's multicast JOIN reply names the nonce of the JOIN that completed it. When
+        that is a class's representative, in the run of every worker it was one member of
+        the class, and the class's other members, not recognising it, ask again (and get
+        the reply that names their own): so the reply leaves naming nobody's nonce, and the
+        representative asks again as they do (`ina.host.transport_core`, "Run join"), its
+        question counted for one member fewer (`_process`): the last joiner's."""
+        rows = np.flatnonzero(
+            (out.dest[:m] == MULTICAST) & (out.data[:m, _OP_FIELD] == int(Op.JOIN))
+        )
+        for r in rows.tolist():
+            nonce = bytes(out.data[r, _SEQ_LAST - 3 : _SEQ_LAST + 1])
+            if nonce in self._class_nonces:
+                out.data[r, _SEQ_LAST] ^= 1
+                self._last_joiners.add(nonce)
+
+    def _per_member(self, out: Outputs, m: int, data, unit, when):
+        """The outputs with every UP that answers a weighted contributor's duplicate once
+        per member of its class: each member's retransmission is a duplicate of its own
+        and sends the leaf's partial sum up again, all on the one uplink. The members' copies
+        leave one processing time apart, the last when the weighted packet is done.
+        (Answers that go down need no copies: each member has a link of its own, and the
+        class's one link stands for each.)"""
+        src = out.src[:m]
+        up = out.answer[:m] & (out.dest[:m] == PARENT)
+        times = np.where(up, self.weights[data[src, _WORKER_FIELD]], 1)
+        order = np.repeat(np.arange(m), times)
+        # how many of its class's copies still follow each copy
+        after = np.concatenate([np.arange(k - 1, -1, -1) for k in times.tolist()])
+        rate = self.queue.rate_bps
+        service = 0.0 if rate is None else (unit[src] * 8 / rate)[order]
+        return (
+            out.dest[order], out.job_id[order], out.group[order],
+            when[order] - after * service, out.length[order], out.data[order],
+        )  # fmt: skip
 
 
 class WorkerNode:

@@ -182,3 +182,78 @@ def describe(spec: NetworkSpec) -> str:
         + ("ns-3 backend" if spec.backend == "ns3" else f"engine {spec.engine}")
         + f", seed {spec.seed}"
     )
+
+
+# Per-link conditions (`--link`, `--rack`): KEY=VALUE items for a topology's links, each
+# into the field of `ina.topology.Link` that a topology file's link object sets.
+LINK_KEYS = ("rate", "delay", "loss", "profile", "capacity", "cross", "buffer")
+
+
+def _conditions(text: str, option: str) -> tuple[str, dict]:
+    """``NODE:KEY=VALUE[,KEY=VALUE...]`` -> (NODE, changes to a topology `Link`)."""
+    node, _, rest = text.partition(":")
+    if not node or not rest:
+        raise ValueError(f"{option} {text!r}: use NODE:KEY=VALUE[,KEY=VALUE...]")
+    changes: dict = {}
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or key not in LINK_KEYS:
+            raise ValueError(
+                f"{option} {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(LINK_KEYS)}"
+            )
+        if key == "rate":
+            changes["bw"] = units.rate(value, f"{option} rate") / 1e6
+        elif key == "loss":
+            try:
+                changes["loss"] = float(value)
+            except ValueError:
+                raise ValueError(f"{option} {text!r}: loss {value!r} is not a number") from None
+        else:
+            changes[key] = value
+    return node, changes
+
+
+def with_link_conditions(fabric, links: list[str] = (), racks: list[str] = ()):
+    """``fabric`` with ``--link NODE:...`` applied to the link above NODE (a worker host, or
+    a switch below the top: its uplink) and ``--rack SWITCH:...`` to every link below
+    SWITCH; ValueError (one line) for a node that is not there or a condition that does
+    not parse. Later items win over earlier ones, --link over --rack."""
+    from dataclasses import replace
+
+    from ina.sim.network import LinkSpec, link_spec
+
+    new = list(fabric.links)
+    targets = []
+    for text in racks:
+        switch, changes = _conditions(text, "--rack")
+        if switch not in fabric.switches:
+            raise ValueError(
+                f"--rack {text!r}: topology {fabric.name} has no switch {switch!r} "
+                f"(switches: {', '.join(list(fabric.switches)[:6])}...)"
+            )
+        below = [h for h in fabric.workers if _under(fabric, h, switch)]
+        below += [s for s in fabric.switches if s != switch and _under(fabric, s, switch)]
+        targets += [(node, changes) for node in below]
+    for text in links:
+        node, changes = _conditions(text, "--link")
+        fabric.uplink(node)  # TopologyError (one line) for a link that is not there
+        targets.append((node, changes))
+    named = fabric.uplinks()
+    for node, changes in targets:
+        i = named[node]
+        new[i] = replace(new[i], **changes)
+        try:
+            link_spec(LinkSpec(), new[i])  # every value checked now, with its link's name
+        except ValueError as e:
+            raise ValueError(f"link {node}: {e}") from None
+    return replace(fabric, links=new)
+
+
+def _under(fabric, node: str, switch: str) -> bool:
+    """Whether ``node`` (a host or switch) is in the subtree of ``switch``."""
+    up = fabric.host_switch[node][0] if node in fabric.hosts else fabric.switches[node].parent
+    while up is not None:
+        if up == switch:
+            return True
+        up = fabric.switches[up].parent
+    return False

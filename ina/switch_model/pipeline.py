@@ -154,7 +154,15 @@ class Outputs:
     group: np.ndarray  # int32
     src: np.ndarray  # int64
     length: np.ndarray  # int64: the payload size (a whole packet; a REJECT: the header)
+    # bool: the output answers a DUPLICATE (a packet counted before, or into a complete
+    # copy), not a counted contribution; the simulator needs it to know that each of a
+    # class of alike retransmissions gets an answer of its own (`ina.sim.nodes.SwitchNode`)
+    answer: np.ndarray = None
     n: int = 0
+
+    def __post_init__(self) -> None:
+        if self.answer is None:
+            self.answer = np.zeros(self.dest.shape[0], bool)
 
     @classmethod
     def allocate(cls, capacity: int, stride: int) -> Outputs:
@@ -339,6 +347,7 @@ class Pipeline:
         out_level: list[int] = []
         out_epoch: list[int] = []
         out_up: dict[int, tuple[int, int | None]] = {}  # UP output -> (worker_id, JOIN seq)
+        answers: list[int] = []  # outputs that answer a DUPLICATE (`Outputs.answer`)
         staged = out.staging(self.lanes)
 
         # The common batch (every packet a first count into one job's slots, each copy
@@ -443,6 +452,7 @@ class Pipeline:
                         # in); a leaf whose parent has not answered asks it again (UP)
                         tally[_DUPLICATES] += 1
                         tally[_DUPLICATES + 1] += fl
+                        answers.append(len(out_k))
                         if formed and parent is not None and not up_joined[i]:
                             kind = 3
                         else:
@@ -578,6 +588,7 @@ class Pipeline:
                 # from a worker whose bit was cleared when it moved on); answer, never add.
                 tally[_DUPLICATES] += 1
                 tally[_DUPLICATES + 1] += fl
+                answers.append(len(out_k))
                 if cnt >= nw:
                     staged[len(out_k)] = r_values[row]
                     if parent is not None and not dn:
@@ -678,6 +689,8 @@ class Pipeline:
             out.dest[:m] = dest
             out.job_id[:m] = oh["job_id"]
             out.src[:m] = idx[ks]
+            out.answer[:m] = False
+            out.answer[answers] = True
             grp = [jobs[j].mcast_grp for j in oh["job_id"].tolist()]
             out.group[:m] = grp
             # RESULT_PACKETS counts copies on the wire: a multicast counts its replicas,
