@@ -127,3 +127,26 @@ def test_bad_conditions_are_one_line_errors(args, message):
     r = ina(*args)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr
+
+
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_a_worker_that_fails_is_named_and_the_others_time_out(timing_only):
+    fabric = topology.load("two_level:2x4")
+    r = sim_allreduce(spec(fabric, timing_only), 50_000, 2, fail=(5, 50e-6))
+    f = r["failed"]
+    assert f["name"] == "h6" and f["at_s"] == 50e-6
+    # the others' chunk timeout (10 s), seen at a retransmission (at most max_rto, 1 s, apart)
+    assert 10.0 < f["others_timed_out_at_s"] < 11.0
+    assert "ReduceTimeout" in f["error"] or "got no result within 10.0 s" in f["error"]
+    cmd = ["--topology", "two_level:2x4", "--fail", "5@50us", "--size", "50000"]
+    p = ina(*cmd, *(["--timing-only"] if timing_only else []))
+    assert p.returncode == 1 and p.stdout.startswith("h6 (worker 5) failed at 50.00 us"), p.stdout
+
+
+@pytest.mark.parametrize(
+    "fail, message",
+    [("9@1ms", "worker 9 of 8 (0..7)"), ("x", "use WORKER@TIME"), ("1@soon", "--fail time")],
+)
+def test_a_bad_failure_is_one_line(fail, message):
+    r = ina("--topology", "two_level:2x4", "--fail", fail)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ina import topology, units
+from ina.host.transport_core import ReduceTimeout
 from ina.p4.entities import POOL_SLOTS
 from ina.sim.backends import build
 from ina.sim.network import PLACEMENTS, NetworkSpec, workers_for
@@ -77,6 +78,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="per-worker factors on --compute: slow:W=F[,W=F], jitter:SIGMA, factors:F,... "
         "or A+B (ina/sim/stragglers.py)",
     )
+    p.add_argument(
+        "--fail",
+        metavar="WORKER@TIME",
+        help="worker WORKER (0..N-1) stops dead at simulated TIME (5@1ms): the run reports it "
+        "by name and the others' chunks time out, as on the wire",
+    )
     p.add_argument("--iters", type=int, default=3, help="allreduce calls per worker")
     p.add_argument(
         "--jobs",
@@ -117,6 +124,7 @@ def run(
     compute_s: float = 0.0,
     stragglers: Stragglers | None = None,
     max_memory: bool = False,
+    fail: tuple[int, float] | None = None,
 ) -> dict:
     """Simulate ``iters`` allreduce calls of ``size`` float32 values per worker.
     ``codec_time`` charges the workers' own code (see `ina.workload.compute.CodecModel`);
@@ -124,10 +132,15 @@ def run(
     backend delivers them; `ina sim fidelity` uses it to tell batching from modelling).
     Each call follows ``compute_s`` of compute, times each worker's factor (``stragglers``).
     ``max_memory``: refuse (ValueError) a run whose simulated workers' tensors would not
-    fit in memory (`check_memory`)."""
+    fit in memory (`check_memory`). ``fail``: (worker, time) of a worker that stops dead
+    (`ina.sim.nodes.WorkerNode.crash`); the result then says who failed and how the others
+    ended (``"failed"``), and has no times."""
     factors = (stragglers or Stragglers()).factor_matrix(spec.workers, iters, seed)
-    # timing only: workers with other compute times are classes of their own
-    net = build(spec, codec_time, lambda g: tuple(factors[:, g]) if compute_s else None)
+
+    def differs(g: int):  # timing only: workers that run otherwise are classes of their own
+        return (tuple(factors[:, g]) if compute_s else None, fail is not None and g == fail[0])
+
+    net = build(spec, codec_time, differs)
     if max_memory:
         check_memory(size, len(net.workers), spec.timing_only, spec.workers)
     if lookahead_s is not None:
@@ -150,8 +163,16 @@ def run(
             ends.append(net.now)
         return calls, ends
 
+    if fail is not None:
+        failing = next(w for w, m in enumerate(net.members) if fail[0] in m)
+        net.workers[failing].crash(fail[1])
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    done = net.run([program(w) for w in range(len(net.workers))])
+    try:
+        done = net.run([program(w) for w in range(len(net.workers))])
+    except ReduceTimeout as e:
+        if fail is None:
+            raise
+        return failed_result(spec, net, fail, e)
     per_worker = [calls for calls, _ in done]
     ends = [max(e[i] for _, e in done) for i in range(iters)]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -195,6 +216,26 @@ def run(
     }
 
 
+def failed_result(spec: NetworkSpec, net, fail: tuple[int, float], e: ReduceTimeout) -> dict:
+    """What a run with a failed worker reports: who failed, when, and how the others
+    ended (the first of them to time out, with its transport's message)."""
+    worker, at = fail
+    name = spec.topology.workers[worker] if spec.topology is not None else f"worker {worker}"
+    return {
+        "model": describe(spec),
+        "timing_only": spec.timing_only,
+        "failed": {
+            "worker": worker,
+            "name": name,
+            "at_s": at,
+            "others_timed_out_at_s": net.now,
+            "timeout_s": spec.timeout_s,
+            # (timing only: the transport's message numbers the classes, not the workers)
+            "error": f"{type(e).__name__}" if spec.timing_only else str(e),
+        },
+    }
+
+
 def mean_queue_delay(links) -> float:
     """Mean queueing delay of the packets the links delivered (beyond an unloaded path)."""
     packets = sum(link.packets for link in links)
@@ -202,6 +243,15 @@ def mean_queue_delay(links) -> float:
 
 
 def print_result(r: dict) -> None:
+    if "failed" in r:
+        f = r["failed"]
+        print(
+            f"{f['name']} (worker {f['worker']}) failed at "
+            f"{units.format_seconds(f['at_s'])} simulated; the others timed out at "
+            f"{units.format_seconds(f['others_timed_out_at_s'])} (a chunk with no result for "
+            f"{units.format_seconds(f['timeout_s'])}): {f['error']}"
+        )
+        return
     n = r.get("simulated_workers", 1)
     print(
         f"model: {r['model']}"
@@ -306,6 +356,7 @@ def main(args: argparse.Namespace) -> int:
         if not 0 < args.density <= 1:
             raise ValueError(f"--density must be in (0, 1], got {args.density}")
         compute_s = units.seconds(args.compute, "--compute")
+        fail = parse_fail(args.fail, workers) if args.fail else None
         stragglers = parse_stragglers(args.stragglers)
         stragglers.factor_matrix(workers, 1, 0)  # a worker out of range: one line now
         spec = replace(
@@ -337,14 +388,27 @@ def main(args: argparse.Namespace) -> int:
     try:
         r = run(
             spec, args.size, args.iters, args.density, args.seed,
-            compute_s=compute_s, stragglers=stragglers, max_memory=True,
+            compute_s=compute_s, stragglers=stragglers, max_memory=True, fail=fail,
         )  # fmt: skip
     except ValueError as e:  # (the classes' memory)
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2
     print_result(r)
     write(args.out, r)
-    return 0 if r["exact"] else 1
+    return 0 if r.get("exact") else 1
+
+
+def parse_fail(text: str, workers: int) -> tuple[int, float]:
+    """``WORKER@TIME`` -> (worker, seconds); ValueError (one line) otherwise."""
+    w, at, t = text.partition("@")
+    if not at or not w.strip().isdigit():
+        raise ValueError(f"--fail {text!r}: use WORKER@TIME, e.g. 5@1ms")
+    if not int(w) < workers:
+        raise ValueError(f"--fail {text!r}: worker {w} of {workers} (0..{workers - 1})")
+    seconds = units.seconds(t, "--fail time")
+    if not seconds >= 0:
+        raise ValueError(f"--fail {text!r}: the time must be >= 0")
+    return int(w), seconds
 
 
 def write(out: str | None, r: dict) -> None:

@@ -457,9 +457,10 @@ class SimNetwork:
         if len(programs) != len(self.workers):
             raise ValueError(f"{len(programs)} programs for {len(self.workers)} workers")
         done = [False] * len(self.workers)
+        place = {id(node): w for w, node in enumerate(self.workers)}
 
         def finished(node: WorkerNode, _value: object) -> None:
-            done[self.workers.index(node)] = True
+            done[place[id(node)]] = True
             if node.error is not None or all(done):
                 self.engine.stop()
 

@@ -519,6 +519,7 @@ class WorkerNode:
         self.result: object = None
         self.error: BaseException | None = None
         self.finished_at = math.nan
+        self.crashed_at = math.nan  # when `crash` stopped it (nan: it runs to its end)
         # stats
         self.wall_in_program = 0.0  # wall seconds spent in the program's own code
         self.rounds = 0
@@ -535,6 +536,8 @@ class WorkerNode:
         self.engine.at(start, lambda: self._step(None))
 
     def _step(self, value: Reduced | None) -> None:
+        if self._program is None:  # crashed while this step was scheduled
+            return
         now = self.engine.now
         self._resume_at = math.inf
         t0 = wallclock.perf_counter()
@@ -573,6 +576,8 @@ class WorkerNode:
 
     def _start_round(self, t: float, rnd: Round) -> None:
         def start() -> None:
+            if self._program is None:  # crashed before the round began
+                return
             self._resume_at = math.inf  # the program waits on the round now
             self.rounds += 1
             self._round_started = self.engine.now
@@ -586,13 +591,33 @@ class WorkerNode:
         self._resume_at = t
         self.engine.at(t, start)
 
+    def crash(self, at: float) -> None:
+        """Stop this worker dead at simulated time ``at``, as a host that fails: its program
+        ends where it is, it sends nothing more and whatever reaches it is lost. The job's
+        other workers find out as on the wire: their chunks time out."""
+
+        def now_dead() -> None:
+            if self._program is None:  # finished before
+                return
+            self.crashed_at = self.finished_at = self.engine.now
+            self._program, self._in_round, self._resume_at = None, False, math.inf
+            self.core.pop_sends()
+            if self.on_done is not None:
+                self.on_done(self, None)
+
+        self.engine.at(at, now_dead)
+
     # -- packets and timers --------------------------------------------------------------
 
     def deliver(self, times: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        if self.crashed_at == self.crashed_at:  # (not nan) a dead host receives nothing
+            return
         self.inbox.add(times, data, lengths)
         self._wake.request(self.inbox.first)
 
     def _on_inbox(self) -> None:
+        if self._program is None and self.crashed_at == self.crashed_at:
+            return
         now = self.engine.now
         deadline = self.core.deadline()
         if deadline <= now:
@@ -614,6 +639,8 @@ class WorkerNode:
             self._wake.request(max(self.inbox.first, now))
 
     def _on_timer(self) -> None:
+        if self.crashed_at == self.crashed_at:  # dead: its timers do nothing
+            return
         self._tick(self.engine.now)
         self._after_core()
 
