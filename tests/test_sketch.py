@@ -111,8 +111,9 @@ def test_peel_is_exact_where_decoded(arraylib, seed, nnz, load):
     np.testing.assert_array_equal(values[decoded], vals[decoded])
     assert (values[~decoded] == 0).all()
     np.testing.assert_array_equal(host(r.undecoded), np.flatnonzero(~decoded))
-    if nnz >= 5000 and load >= 1.23:  # well above the finite-size window at the default sizing
-        assert r.complete
+    # (whether peeling completes is a matter of chance at any load: seed 12859, 5,546
+    # non-zeros at 1.23 stalls; the codec repairs stalls, `test_peel_large_at_default_sizing`
+    # checks a whole decode at the default sizing)
     # every library decodes exactly the same positions in as many passes (peeling is
     # deterministic on the support: the undecoded positions are the hypergraph's 2-core)
     ref = sketch.Table(pos, spec).peel(sketch.Table(pos, spec).encode(vals))

@@ -19,6 +19,7 @@ BENCHES = {
     "bmv2": "ina.bench.bmv2",
     "p4runtime": "ina.bench.p4runtime",
     "sim": "ina.bench.sim",
+    "classes": "ina.bench.classes",
     "zoo": "ina.bench.zoo",
 }
 
