@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ina_in_process
 
 from ina import topology
 from ina.sim.allreduce import run as sim_allreduce
@@ -124,7 +125,7 @@ def test_a_thousand_workers_with_conditions_run_as_a_few_classes():
     ],
 )  # fmt: skip
 def test_bad_conditions_are_one_line_errors(args, message):
-    r = ina(*args)
+    r = ina_in_process("sim", "allreduce", *args)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr
 
@@ -148,5 +149,5 @@ def test_a_worker_that_fails_is_named_and_the_others_time_out(timing_only):
     [("9@1ms", "worker 9 of 8 (0..7)"), ("x", "use WORKER@TIME"), ("1@soon", "--fail time")],
 )
 def test_a_bad_failure_is_one_line(fail, message):
-    r = ina("--topology", "two_level:2x4", "--fail", fail)
+    r = ina_in_process("sim", "allreduce", "--topology", "two_level:2x4", "--fail", fail)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

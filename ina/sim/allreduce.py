@@ -26,7 +26,7 @@ from ina import topology, units
 from ina.host.transport_core import ReduceTimeout
 from ina.p4.entities import POOL_SLOTS
 from ina.sim.backends import build
-from ina.sim.network import PLACEMENTS, NetworkSpec, workers_for
+from ina.sim.network import PLACEMENTS, NetworkSpec, simulated_workers, workers_for
 from ina.sim.nodes import Compute
 from ina.sim.options import add_network_arguments, describe, network_spec, with_link_conditions
 from ina.sim.stragglers import Stragglers, parse_stragglers
@@ -140,9 +140,9 @@ def run(
     def differs(g: int):  # timing only: workers that run otherwise are classes of their own
         return (tuple(factors[:, g]) if compute_s else None, fail is not None and g == fail[0])
 
-    net = build(spec, codec_time, differs)
     if max_memory:
-        check_memory(size, len(net.workers), spec.timing_only, spec.workers)
+        check_memory(size, simulated_workers(spec, differs), spec.timing_only, spec.workers)
+    net = build(spec, codec_time, differs)
     if lookahead_s is not None:
         for node in [*net.workers, *(net.switches.values() or [net.switch])]:
             node.lookahead = min(node.lookahead, lookahead_s)

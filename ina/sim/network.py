@@ -613,6 +613,20 @@ def link_spec(base: LinkSpec, link: TopoLink) -> LinkSpec:
     return replace(base, **changes) if changes else base
 
 
+def simulated_workers(
+    spec: NetworkSpec, worker_key: Callable[[int], Hashable] = lambda w: None
+) -> int:
+    """How many workers `build` would simulate: all of them, or (timing only) one per
+    class of alike workers; cheap next to building them (to refuse a run beyond memory)."""
+    if not spec.timing_only:
+        return spec.workers * spec.jobs
+    if spec.topology is None:
+        return spec.jobs * len({worker_key(w) for w in range(spec.workers)})
+    workers = spec.topology.workers
+    index = {h: g for g, h in enumerate(workers)}
+    return link_classes(spec, spec.topology, lambda host: worker_key(index[host])).count
+
+
 def link_classes(
     spec: NetworkSpec, fabric: Fabric, worker_key: Callable[[str], Hashable] = lambda h: None
 ) -> Classes:
