@@ -42,9 +42,13 @@ def test_dc2_verdicts_follow_the_measured_speedup():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, extra",
-    # (dc2's per-iteration part with ResNet-50 only: the PTB LSTM's dense step alone takes
-    # about 40 s to simulate, on the same code path)
-    [("dc2", ["--step-models", "resnet50"]), ("grace", [])],
+    # smaller than --quick, on the same code paths: dc2 to a lower target with ResNet-50's
+    # step only (the PTB LSTM's dense step alone takes about 40 s to simulate), grace with
+    # three methods of its six
+    [
+        ("dc2", ["--step-models", "resnet50", "--targets", "mnist1d=0.6"]),
+        ("grace", ["--methods", "none,qsgd:levels=7,topk:ratio=0.01"]),
+    ],
 )
 def test_quick_run_writes_a_report_with_verdicts(name, extra, tmp_path):
     r = subprocess.run(

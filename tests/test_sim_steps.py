@@ -16,9 +16,15 @@ from ina.workload.data import SHAPES, load_dataset
 INA = [sys.executable, "-m", "ina", "sim"]
 
 
-def cli(tmp_path, name: str, *args: str) -> dict:
+def cli(tmp_path, name: str, *args: str, new_process: bool = False) -> dict:
+    """`ina sim ARGS --out` (in this process unless a test compares runs); its result."""
     out = tmp_path / name
-    subprocess.run([*INA, *args, "--out", str(out)], check=True, capture_output=True, timeout=120)
+    if new_process:
+        subprocess.run([*INA, *args, "--out", str(out)], check=True, capture_output=True,
+                       timeout=120)  # fmt: skip
+    else:
+        r = ina_in_process("sim", *args, "--out", str(out))
+        assert r.returncode == 0, r.stderr
     return json.loads((out / "result.json").read_text())
 
 
@@ -46,16 +52,21 @@ def test_a_zoo_models_step_writes_its_breakdown_and_timeline(tmp_path):
 
 
 def test_two_default_runs_write_the_same_result_apart_from_wall_time(tmp_path):
-    a = cli(tmp_path, "a", "train", "--workers", "4", "--stragglers", "jitter:0.1")
-    b = cli(tmp_path, "b", "train", "--workers", "4", "--stragglers", "jitter:0.1")
+    a = cli(
+        tmp_path, "a", "train", "--workers", "4", "--stragglers", "jitter:0.1", new_process=True
+    )
+    b = cli(
+        tmp_path, "b", "train", "--workers", "4", "--stragglers", "jitter:0.1", new_process=True
+    )
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith("wall_")}  # noqa: E731
     assert strip(a) == strip(b) and a["exact"] is True
 
 
 def test_an_imported_trace_and_an_aicb_file_run():
     for name in ("example-kineto", "example-aicb"):
-        r = subprocess.run([*INA, "train", "--workload", name, "--workers", "4", "--timing-only"],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        # (one step: the AICB example sends 0.5 GB per worker and step)
+        r = ina_in_process("sim", "train", "--workload", name, "--workers", "4", "--timing-only",
+                           "--steps", "1")  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "scaling factor" in r.stdout
 
@@ -140,7 +151,7 @@ def test_edges_that_used_to_pass_silently_are_one_line_errors(args, message):
 
 
 def test_timing_only_says_it_checked_no_sum():
-    r = subprocess.run([*INA, "allreduce", "--timing-only", "--workers", "64", "--size", "1000",
-                        "--iters", "1"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = ina_in_process("sim", "allreduce", "--timing-only", "--workers", "64", "--size", "1000",
+                       "--iters", "1")  # fmt: skip
     assert r.returncode == 0 and "every sum exact" not in r.stdout
     assert "sums not checked (timing only" in r.stdout

@@ -13,10 +13,17 @@ from conftest import ina_in_process
 FIXED = ["--compute", "fixed:2ms", "--codec", "none"]  # simulated times independent of host
 
 
-def train(tmp_path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, object]:
+def train(
+    tmp_path, name: str, *args: str, new_process: bool = False
+) -> tuple[subprocess.CompletedProcess, object]:
+    """`ina train --sim` in this process (no interpreter start and torch import per run), or
+    in a new one where a test compares runs (each its own interpreter, as a user's)."""
     out = tmp_path / name
-    cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", "--out", str(out)]
-    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300)
+    argv = ["train", "--sim", "--no-progress", "--out", str(out), *args]
+    if not new_process:
+        return ina_in_process(*argv), out
+    r = subprocess.run([sys.executable, "-m", "ina", *argv], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
     return r, out
 
 
@@ -39,7 +46,7 @@ def without_wall(path) -> list[dict]:
 def test_same_seed_same_files_apart_from_wall_fields(tmp_path):
     args = ["--workers", "4", "--epochs", "2", "--step-log", "--eval-every", "3", *FIXED]
     args += ["--link-loss", "0.01", "--delay", "low", "--rto", "1ms", "--min-rto", "1ms"]
-    runs = [train(tmp_path, str(i), *args) for i in range(2)]
+    runs = [train(tmp_path, str(i), *args, new_process=True) for i in range(2)]
     for r, _ in runs:
         assert r.returncode == 0, r.stderr
     (_, a), (_, b) = runs
@@ -123,7 +130,7 @@ SHORT = ["--workers", "4", "--epochs", "1", "--max-steps", "12"]
 
 def test_default_compute_and_codec_are_models_the_same_on_every_run(tmp_path):
     """No --compute or --codec: simulated times come from device models, not this host."""
-    runs = [train(tmp_path, str(i), *SHORT) for i in range(2)]
+    runs = [train(tmp_path, str(i), *SHORT, new_process=True) for i in range(2)]
     for r, _ in runs:
         assert r.returncode == 0, r.stderr
         assert "flops:a100, device:a100" in r.stdout and "measured on this host" not in r.stdout

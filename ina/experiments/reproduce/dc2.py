@@ -55,6 +55,11 @@ STEP_CODEC_BPS = 30e9  # a GPU codec at 30 GB/s, the scenarios' codec
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=2, help="training runs at once")
     p.add_argument(
+        "--targets",
+        help="WORKLOAD=TARGET,... for the time-to-accuracy part (default: the preset's; "
+        "--quick: mnist1d=0.8)",
+    )
+    p.add_argument(
         "--step-models",
         default=",".join(STEP_MODELS),
         help="zoo models of the per-iteration part (the PTB LSTM's dense step at 1 Gbit/s "
@@ -77,7 +82,7 @@ def time_to_accuracy(args: argparse.Namespace, out: Path) -> tuple[dict, list]:
     sim = p.parse_args(
         ["--sim", "--workloads", preset["workloads"], "--scenarios", SCENARIOS,
          "--levels", preset["levels"], "--laws", preset["laws"], "--seeds", str(args.seeds),
-         "--targets", preset["targets"],
+         "--targets", args.targets or preset["targets"],
          "--parallel", str(args.parallel), "--out", str(out / "dc2-sim")]
     )  # fmt: skip
     sim = dc2_sim.resolve(sim)

@@ -36,6 +36,11 @@ RATES = (1e9, 10e9)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=2, help="training runs at once")
+    p.add_argument(
+        "--methods",
+        help="the methods to train, as `ina experiment grace --methods` takes them (default: "
+        f"with --quick {','.join(QUICK_METHODS)}; else every method)",
+    )
 
 
 def train(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
@@ -47,7 +52,10 @@ def train(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
     g.add_arguments(p)
     argv = ["--sim", "--workloads", "mnist1d,pytext", "--networks", NETWORK,
             "--parallel", str(args.parallel), "--out", str(out / "grace-sim")]  # fmt: skip
-    argv += ["--methods", ",".join(QUICK_METHODS)] if args.quick else ["--long"]
+    if args.methods:
+        argv += ["--methods", args.methods] + ([] if args.quick else ["--long"])
+    else:
+        argv += ["--methods", ",".join(QUICK_METHODS)] if args.quick else ["--long"]
     gargs = p.parse_args(argv)
     if g.main(gargs) != 0:
         raise RuntimeError("ina experiment grace --sim failed")
@@ -251,7 +259,8 @@ def run(args: argparse.Namespace) -> Report:
     )
     if args.quick:
         report.full_run = (
-            f"This was --quick ({len(QUICK_METHODS)} methods, short runs to low targets). The "
+            f"This was --quick ({len((args.methods or ','.join(QUICK_METHODS)).split(','))} "
+            "methods, short runs to low targets). The "
             "full run (`ina reproduce grace`: all 16 methods trained to 96 % / 2.3 bits per "
             "character, --long) takes several hours on two cores (the LSTM's 2000-step runs "
             "dominate)."
