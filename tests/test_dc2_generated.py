@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
-import sys
 
 import matplotlib
 import pytest
+from conftest import ina_in_process
 
 from ina.experiments import cli
 from ina.experiments.dc2_sim import (
@@ -140,8 +139,7 @@ def test_generated_runs_plan_every_method_without_state_runs(tmp_path):
     ],
 )
 def test_bad_generated_options_are_one_line_errors(tmp_path, argv, message):
-    r = subprocess.run([sys.executable, "-m", "ina", "experiment", "dc2", "--sim", *argv,
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    r = ina_in_process("experiment", "dc2", "--sim", *argv, "--out", str(tmp_path))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ina_in_process
 
 from ina.experiments import cli
 from ina.experiments.dc2_sim import (
@@ -203,8 +204,7 @@ def test_seeds_are_averaged_before_regret_and_oracle():
     ],
 )
 def test_bad_options_are_one_line_errors(argv, message):
-    r = subprocess.run([sys.executable, "-m", "ina", "experiment", "dc2", "--sim", *argv],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    r = ina_in_process("experiment", "dc2", "--sim", *argv)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr

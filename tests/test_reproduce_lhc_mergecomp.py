@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+from conftest import ina_in_process
+
 from ina.experiments.reproduce import VERDICTS
 
 
@@ -55,8 +57,5 @@ def test_lhc_on_one_model(tmp_path):
 
 
 def test_lhc_refuses_a_model_it_does_not_know(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "ina", "reproduce", "lhc", "--models", "gpt5", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    r = ina_in_process("reproduce", "lhc", "--models", "gpt5", "--out", str(tmp_path))
     assert r.returncode == 2 and "--models 'gpt5'" in r.stderr.strip().splitlines()[-1]

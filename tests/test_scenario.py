@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from conftest import ina_in_process
 
 from ina.netem import CapacityTrace, TimelineDelay, make_link
 from ina.sim.network import capacity_model
@@ -176,18 +175,8 @@ def test_the_cli_says_what_is_wrong_in_one_line(tmp_path):
         ["--scenario", "nowhere"],
         ["--scenario", "slow", "--link-rate", "10G"],
     ):
-        r = subprocess.run(
-            [sys.executable, "-m", "ina", "train", "--sim", *argv],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        r = ina_in_process("train", "--sim", *argv)
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    r = subprocess.run(
-        [sys.executable, "-m", "ina", "train", "--scenario", "slow"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = ina_in_process("train", "--scenario", "slow")
     assert r.returncode == 2 and "need --sim" in r.stderr

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import ina_in_process
 
 from ina.host.allreduce import Worker
 from ina.protocol import FRAME_OVERHEAD, packet_bytes
@@ -249,8 +250,7 @@ def test_ina_sim_allreduce_writes_the_same_file_twice_apart_from_wall_fields(tmp
     ],
 )
 def test_bad_options_are_one_line_errors(args, message):
-    cmd = [sys.executable, "-m", "ina", "sim", "allreduce", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    r = ina_in_process("sim", "allreduce", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr

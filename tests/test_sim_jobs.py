@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ina_in_process
 
 from ina.sim import jobs
 from ina.sim.backends import build
@@ -80,12 +81,7 @@ def test_timing_only_jobs_agree_with_every_worker_simulated():
     ],
 )
 def test_bad_job_options_are_one_line_errors(args, message):
-    r = subprocess.run(
-        [sys.executable, "-m", "ina", "sim", "allreduce", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = ina_in_process("sim", "allreduce", *args)
     assert r.returncode == 2
     assert message in r.stderr.strip().splitlines()[-1], r.stderr
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
+from conftest import ina_in_process
 
 from ina.host import quantize
 from ina.host.allreduce import Worker
@@ -100,12 +99,7 @@ def test_bad_file_is_one_line_exit_2(tmp_path):
     data = copy.deepcopy(TWO_LEVEL)
     data["links"].append(["h9", "l1-p9"])
     path.write_text(json.dumps(data))
-    r = subprocess.run(
-        [sys.executable, "-m", "ina", "sim", "allreduce", "--topology", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = ina_in_process("sim", "allreduce", "--topology", str(path))
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "unknown node 'h9'" in r.stderr
 
