@@ -151,3 +151,15 @@ def test_a_worker_that_fails_is_named_and_the_others_time_out(timing_only):
 def test_a_bad_failure_is_one_line(fail, message):
     r = ina_in_process("sim", "allreduce", "--topology", "two_level:2x4", "--fail", fail)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_the_classes_benchmark_runs_a_row_and_reports_its_memory():
+    r = subprocess.run(
+        [sys.executable, "-m", "ina", "bench", "classes", "--size", "20000", "--only", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("| 1,024 workers, a cong"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "11" and float(cells[5]) > 0  # classes; peak memory in GiB
+    assert ina_in_process("bench", "classes", "--only", "9").returncode == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -67,15 +67,19 @@ def main(args: argparse.Namespace) -> int:
             continue
         with tempfile.TemporaryDirectory() as out:
             cmd = [sys.executable, "-m", "ina", "sim", "allreduce", *argv, "--out", out]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             t0 = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            # ru_maxrss of the children is the largest any child reached (KiB on Linux)
-            peak = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before)
-            if p.returncode != 0:
-                print(f"row {i} failed: {p.stderr.strip()[-300:]}", file=sys.stderr)
-                return 1
+            with open(Path(out) / "stderr", "w+") as err:
+                p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+                # this child's own resource use (ru_maxrss in KiB on Linux), not the most
+                # any child of ours reached
+                _, status, usage = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                wall = time.perf_counter() - t0
+                err.seek(0)
+                if p.returncode != 0:
+                    print(f"row {i} failed: {err.read().strip()[-300:]}", file=sys.stderr)
+                    return 1
+            peak = usage.ru_maxrss
             r = json.loads((Path(out) / "result.json").read_text())
         shown = "ina sim allreduce " + " ".join(a if " " not in a else repr(a) for a in argv)
         print(
