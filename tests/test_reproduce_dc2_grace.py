@@ -42,11 +42,11 @@ def test_dc2_verdicts_follow_the_measured_speedup():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, extra",
-    # smaller than --quick, on the same code paths: dc2 to a lower target with ResNet-50's
-    # step only (the PTB LSTM's dense step alone takes about 40 s to simulate), grace with
-    # three methods of its six
+    # smaller than --quick, on the same code paths: dc2 to a lower target, its step part
+    # with a small zoo model (the PTB LSTM's dense step alone takes about 40 s to simulate),
+    # grace with three methods of its six
     [
-        ("dc2", ["--step-models", "resnet50", "--targets", "mnist1d=0.6"]),
+        ("dc2", ["--step-models", "cifar10-resnet20", "--targets", "mnist1d=0.6"]),
         ("grace", ["--methods", "none,qsgd:levels=7,topk:ratio=0.01"]),
     ],
 )

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import ina_in_process
 
 from ina.cli import main as ina_main
 
@@ -39,10 +40,10 @@ def test_unknown_compressors_and_bad_arguments_are_one_line_usage_errors(
 
 
 def sim_train(tmp_path, name: str, *args: str) -> dict:
+    """`ina train --sim` in this process (no interpreter start per run); its result."""
     out = tmp_path / name
-    cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", "--out", str(out)]
-    cmd += ["--workers", "4", "--max-steps", "4", *FIXED, *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    argv = ["train", "--sim", "--no-progress", "--out", str(out)]
+    r = ina_in_process(*argv, "--workers", "4", "--max-steps", "4", *FIXED, *args)
     assert r.returncode == 0, r.stderr
     return json.loads((out / "result.json").read_text())
 
