@@ -24,6 +24,7 @@ def tensors(num_workers, size, seed=0):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [2, 4, 8])
 @pytest.mark.parametrize("loss", [0.0, 0.01, 0.10])
 def test_exact_under_loss_duplication_reordering(harness_factory, num_workers, loss):

@@ -66,6 +66,7 @@ def test_congested_fraction_from_the_profile():
         congested_fraction("low", 2)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_bound_tables(tmp_path):
     out = tmp_path / "bound"
     p = argparse.ArgumentParser()

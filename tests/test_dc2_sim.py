@@ -210,6 +210,7 @@ def test_bad_options_are_one_line_errors(argv, message):
     assert len(lines) == 1 and message in lines[0], r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("workload", "target"), [("mnist1d", "0.5"), ("pytext", "4.0")])
 def test_a_tiny_run_per_workload_reaches_a_low_target_deterministically(tmp_path, workload, target):
     """DC2 (the default law) on short congestion episodes (it changes level): twice the same

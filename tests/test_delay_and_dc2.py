@@ -44,6 +44,7 @@ def test_emulated_loss_is_recovered_exactly(harness_factory):
         assert np.all(out == 3.0)
 
 
+@pytest.mark.slow
 def test_dc2_compresses_under_delay_and_workers_agree(harness_factory):
     h = harness_factory(2, lanes=64, pool_size=8)
     x = np.random.default_rng(0).standard_normal(20_000).astype(np.float32)

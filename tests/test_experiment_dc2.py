@@ -38,6 +38,7 @@ def test_configs_parse_and_reject():
             dc2_common.parse_configs(bad)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_csv_png_and_summary(tmp_path):
     out = tmp_path / "dc2"
     args = parse(

@@ -27,6 +27,7 @@ def test_bad_options_are_one_line_errors(args, message, capsys, tmp_path):
     assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.slow
 def test_a_small_matrix_runs_in_parallel_and_trains_alike_in_both_networks(
     tmp_path, capsys, monkeypatch
 ):
@@ -68,6 +69,7 @@ def test_a_diverging_method_is_a_row_not_a_crash(tmp_path):
     assert f"| diverged at step {step} |" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_share_training_stops_later_networks_at_the_target_with_the_same_times(tmp_path, capsys):
     """--share-training runs the second network only to the first's steps to target; with
     the codec throughputs of a full run (--reuse), its time to target is the full run's to

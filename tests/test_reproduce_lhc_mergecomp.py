@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import ina_in_process
 
 from ina.experiments.reproduce import VERDICTS
@@ -33,6 +34,7 @@ def reproduce(name: str, out, *extra: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_mergecomp_quick(tmp_path):
     report = reproduce("mergecomp", tmp_path)
     assert "PCIe 3.0 x16" in report["tables"][0] and "NVLink 2.0" in report["tables"][0]
@@ -50,6 +52,7 @@ def test_lhc_densities_come_from_each_models_structure():
     assert 0 < d["ncf"] < 1 and 0 < d["ptb-lstm"] < 1
 
 
+@pytest.mark.slow
 def test_lhc_on_one_model(tmp_path):
     report = reproduce("lhc", tmp_path, "--models", "ncf")
     assert "| ncf |" in report["tables"][0] and "| vgg19 |" not in report["tables"][0]

@@ -93,6 +93,7 @@ def test_the_step_estimate_is_within_1_5x_of_the_shipped_scenarios_measured_step
         assert 1 / 1.5 < estimate / measured < 1.5, (workload, d, estimate, measured)
 
 
+@pytest.mark.slow
 def test_a_generated_file_trains_in_simulated_time(tmp_path):
     gen.write([gen.generate_one(3, 0, "mixture", ["mnist1d"])], tmp_path)
     (path,) = tmp_path.glob("*.json")

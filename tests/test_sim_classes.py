@@ -55,6 +55,7 @@ def test_alike_workers_make_one_class_and_each_difference_adds_one():
     assert link_classes(spec(racked, True), racked).count == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "topo, links, stragglers, switch_rate",
     [

@@ -43,6 +43,7 @@ def without_wall(path) -> list[dict]:
         ]
 
 
+@pytest.mark.slow
 def test_same_seed_same_files_apart_from_wall_fields(tmp_path):
     args = ["--workers", "4", "--epochs", "2", "--step-log", "--eval-every", "3", *FIXED]
     args += ["--link-loss", "0.01", "--delay", "low", "--rto", "1ms", "--min-rto", "1ms"]

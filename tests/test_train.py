@@ -144,6 +144,7 @@ def check_default_run_accuracy_matches_gloo(default_runs):
     assert counters["aggregated"][0] > 0 and counters["drop_stale"][0] == 0
 
 
+@pytest.mark.slow
 def test_the_default_run_against_gloo(default_runs):
     """The checks of the two default runs, in one test: the runs take a minute, and tests
     spread over processes would each make them again."""
@@ -153,6 +154,7 @@ def test_the_default_run_against_gloo(default_runs):
     check_default_run_accuracy_matches_gloo(default_runs)
 
 
+@pytest.mark.slow
 def test_dead_worker_fails_the_others_and_the_switch_serves_the_next_run(tmp_path):
     from ina.control.jobs import install_job
     from ina.control.p4rt import connect
@@ -260,6 +262,7 @@ def test_dead_worker_fails_the_others_and_the_switch_serves_the_next_run(tmp_pat
     assert counters["aggregated"][0] > 0
 
 
+@pytest.mark.slow
 def test_diverging_run_ends_with_one_line_per_rank_and_no_traceback(tmp_path):
     # lr 1e8 makes the loss infinite within a few steps: each rank says so in one line,
     # torchrun's own failure report (a traceback and a table per rank) stays out of it

@@ -48,6 +48,7 @@ def sim_train(tmp_path, name: str, *args: str) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
+@pytest.mark.slow
 def test_sim_training_runs_each_path_and_pays_its_traffic(tmp_path):
     dense = sim_train(tmp_path, "dense")
     runs = {
@@ -73,6 +74,7 @@ def test_sim_training_runs_each_path_and_pays_its_traffic(tmp_path):
         assert r["steps"] == 4 and r["sim_seconds"] >= 4 * 2e-3
 
 
+@pytest.mark.slow
 def test_wall_clock_training_with_a_compressor_keeps_replicas_identical(tmp_path):
     out = tmp_path / "wall"
     cmd = [sys.executable, "-m", "ina", "train", "--no-progress", "--out", str(out)]

@@ -35,6 +35,7 @@ def check_partition_covers_the_model(plan: dict, dataset: str) -> list[str]:
     return flat
 
 
+@pytest.mark.slow
 def test_sim_training_follows_the_searched_partition_every_step(tmp_path):
     out = tmp_path / "sim"
     cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", "--out", str(out)]
@@ -59,6 +60,7 @@ def test_sim_training_follows_the_searched_partition_every_step(tmp_path):
         assert 1e3 * float(row["step_s"]) == pytest.approx(plan["predicted_iteration_ms"], rel=0.02)
 
 
+@pytest.mark.slow
 def test_wall_clock_training_follows_the_partition_the_ranks_searched(tmp_path):
     out = tmp_path / "wall"
     cmd = [sys.executable, "-m", "ina", "train", "--no-progress", "--out", str(out)]

@@ -231,6 +231,7 @@ def run_train(out, *extra: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_mnist1d_cnn1d_reaches_a_low_target_through_the_switch(tmp_path):
     # dense INA is deterministic: 31.9 % at step 40, 39.9 % at 50, 46.5 % at 60 (measured)
@@ -248,6 +249,7 @@ def test_mnist1d_cnn1d_reaches_a_low_target_through_the_switch(tmp_path):
     assert float(steps[-1].split(",")[-1]) == pytest.approx(0.39917, abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_pytext_char_lstm_reaches_a_low_target_compressed(tmp_path):
     # deterministic too: 4.90 bits per character at step 10, 4.17 at step 20 (measured)
