@@ -21,7 +21,7 @@ import argparse
 import importlib
 import sys
 
-from ina.errors import HelpFormatter, run_command
+from ina.errors import INTERRUPTED_EXIT, HelpFormatter, run_command
 
 COMMANDS = {
     "switch": ("ina.switch_model.run", "run the switch model"),
@@ -51,10 +51,7 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    if argv is not None:  # called from Python: the subcommands' parsers read sys.argv too
-        sys.argv = [sys.argv[0] if sys.argv else "ina", *argv]
-    argv = sys.argv[1:]
+def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ina", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"ina {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -64,7 +61,21 @@ def main(argv: list[str] | None = None) -> int:
         # Parse lazily: load the module's own arguments only for the command being run.
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(sp)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:  # called from Python: the subcommands' parsers read sys.argv too
+        sys.argv = [sys.argv[0] if sys.argv else "ina", *argv]
+    argv = sys.argv[1:]
+    try:
+        args = _parse(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load: as during its run
+        words = [a for a in argv[:2] if not a.startswith("-")]
+        grouped = (["sim"], ["experiment"], ["reproduce"], ["bench"])  # commands of commands
+        shown = words[:2] if words[:1] in grouped else words[:1]
+        print(f"{' '.join(['ina', *shown])}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
     # `ina sim allreduce: ...`, not `ina sim: ...`, for commands with subcommands
     sub = next((getattr(args, k) for k in SUBCOMMANDS if getattr(args, k, None)), None)
     prog = f"ina {args.command}" + (f" {sub}" if sub else "")

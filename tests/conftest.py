@@ -209,10 +209,3 @@ def arraylib(request) -> ArrayLib:
     if request.param == "torch-cuda" and not torch.cuda.is_available():
         pytest.skip("torch-cuda: no CUDA device here (torch.cuda.is_available() is False)")
     return ArrayLib(request.param, "cuda" if request.param == "torch-cuda" else "cpu")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Long-running tests (marked ``slow``) first, the rest in their order: on a few cores a
-    long test that starts last keeps one core busy after the others are done; started first,
-    the short tests fill in around it (the longest-first rule of scheduling)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -111,3 +111,18 @@ def test_ctrl_c_in_a_parallel_experiment_stops_its_worker_processes(tmp_path):
     _, err = interrupt(tmp_path, argv, "runs", 2)
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == "ina experiment dc2: interrupted", err[-3000:]
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_too(monkeypatch, capsys):
+    """SIGINT before the command runs (its modules still importing, on a busy machine) ends
+    as one during its run does, not with a traceback from the import machinery."""
+    import importlib
+
+    from ina import cli
+
+    def interrupted(name, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert cli.main(["sim", "allreduce", "--workers", "8"]) == 130
+    assert capsys.readouterr().err == "ina sim allreduce: interrupted\n"
