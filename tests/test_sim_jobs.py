@@ -78,6 +78,8 @@ def test_timing_only_jobs_agree_with_every_worker_simulated():
         (["--jobs", "4", "--pool", "512"], "need 2048; the switch has 1024"),
         (["--jobs", "2", "--placement", "rack"], "invalid choice: 'rack'"),
         (["--jobs", "2", "--density", "0.1"], "--jobs runs dense allreduces"),
+        (["--jobs", "2", "--compute", "1ms"], "--jobs runs allreduces alone"),
+        (["--jobs", "2", "--fail", "0@1ms"], "--jobs runs allreduces alone"),
     ],
 )
 def test_bad_job_options_are_one_line_errors(args, message):

@@ -375,6 +375,8 @@ def main(args: argparse.Namespace) -> int:
         )
         if args.jobs > 1 and args.density != 1:
             raise ValueError("--jobs runs dense allreduces (no --density)")
+        if args.jobs > 1 and (compute_s or args.stragglers != "none" or fail):
+            raise ValueError("--jobs runs allreduces alone: no --compute, --stragglers or --fail")
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2
