@@ -42,6 +42,7 @@ up to ``MAX_JOB_WORKERS``, spread over leaves).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -471,9 +472,7 @@ def tree(fanouts: list[int], bw: float | None = None) -> dict:
     leaves l1, l2, ... (as the shipped two-level files do); three, the middle switches
     m1, m2, ... and their leaves l1, l2, ... across the tree."""
     hosts, links, switches = {}, [], {"s1": {}}
-    total = 1
-    for f in fanouts:
-        total *= f
+    total = math.prod(fanouts)
     n = 0
     made = {"m": 0, "l": 0}
 

@@ -9,12 +9,13 @@ does not parse or is out of range (the commands print it and exit 2).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ina import units
 from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
 from ina.sim.backends import check
 from ina.sim.engine import ENGINES
-from ina.sim.network import BACKENDS, NetworkSpec, SwitchSpec, parse_link
+from ina.sim.network import BACKENDS, LinkSpec, NetworkSpec, SwitchSpec, link_spec, parse_link
 
 
 def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> None:
@@ -218,10 +219,6 @@ def with_link_conditions(fabric, links: list[str] = (), racks: list[str] = ()):
     a switch below the top: its uplink) and ``--rack SWITCH:...`` to every link below
     SWITCH; ValueError (one line) for a node that is not there or a condition that does
     not parse. Later items win over earlier ones, --link over --rack."""
-    from dataclasses import replace
-
-    from ina.sim.network import LinkSpec, link_spec
-
     new = list(fabric.links)
     targets = []
     for text in racks:
