@@ -1,5 +1,5 @@
-"""`ina bench {switch,compression,compressors,bmv2,p4runtime,sim,all}`: run benchmarks, print
-markdown tables.
+"""`ina bench {switch,compression,compressors,bmv2,p4runtime,sim,classes,flow,zoo,all}`: run benchmarks,
+print markdown tables.
 
 Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
 subcommands; ``ina bench NAME --help`` lists its options.
@@ -20,6 +20,7 @@ BENCHES = {
     "p4runtime": "ina.bench.p4runtime",
     "sim": "ina.bench.sim",
     "classes": "ina.bench.classes",
+    "flow": "ina.bench.flow",
     "zoo": "ina.bench.zoo",
 }
 

@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from ina import topology, units
 from ina.host.transport_core import ReduceTimeout
 from ina.p4.entities import POOL_SLOTS
+from ina.sim import flow
 from ina.sim.backends import build
 from ina.sim.network import PLACEMENTS, NetworkSpec, simulated_workers, workers_for
 from ina.sim.nodes import Compute
@@ -43,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="one worker stands for each class of alike workers (same links, same compute; "
         "found from the topology and the options): any number of workers, times and traffic "
         "but no checked sums (docs/simulation.md)",
+    )
+    p.add_argument(
+        "--flow",
+        action="store_true",
+        help="flow level: the job as a fluid at the rate its slowest hop leaves it, no "
+        "packets (bulk transfers on lossless, deterministic links; any number of workers, "
+        "in milliseconds; docs/simulation.md)",
     )
     p.add_argument(
         "--topology",
@@ -337,49 +345,78 @@ def check_memory(size: int, workers: int, timing_only: bool = False, of: int | N
     )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What `ina sim allreduce`'s options describe, checked."""
+
+    spec: NetworkSpec
+    compute_s: float
+    stragglers: Stragglers
+    fail: tuple[int, float] | None
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """The run the parsed options describe; ValueError (one line) for a user's mistake.
+    Sets ``args.size`` to an int."""
+    if not (math.isfinite(args.size) and args.size >= 1 and args.size == int(args.size)) or (
+        args.iters < 1
+    ):
+        raise ValueError("--size must be a whole number >= 1 and --iters >= 1")
+    args.size = int(args.size)
+    fabric = topology.load(args.topology) if args.topology else None
+    if (args.link or args.rack) and fabric is None:
+        raise ValueError("--link and --rack name links of a --topology (e.g. two_level:4x8)")
+    if fabric is not None:
+        fabric = with_link_conditions(fabric, args.link, args.rack)
+    workers = len(fabric.workers) if fabric else args.workers
+    # timing only: the classes' tensors, checked once they are known (in `run`); the
+    # flow level holds none
+    if not (args.timing_only or args.flow):
+        check_memory(args.size, workers)
+    if not 0 < args.density <= 1:
+        raise ValueError(f"--density must be in (0, 1], got {args.density}")
+    compute_s = units.seconds(args.compute, "--compute")
+    fail = parse_fail(args.fail, workers) if args.fail else None
+    stragglers = parse_stragglers(args.stragglers)
+    stragglers.factor_matrix(workers, 1, 0)  # a worker out of range: one line now
+    if args.flow:  # the links' conditions, before timing only's own reasons for them
+        flow.check(network_spec(args, 1, args.lanes, args.pool), args.density, fail)
+    spec = replace(
+        network_spec(
+            args,
+            len(fabric.workers) if fabric else args.workers,
+            args.lanes,
+            args.pool,
+            seed=args.seed,
+            # (the flow level simulates no worker: any number, as timing only)
+            timing_only=args.timing_only or args.flow,
+            topology=fabric,
+        ),
+        jobs=args.jobs,
+        placement=args.placement,
+        switch_slots=args.switch_slots,
+    )
+    if args.jobs > 1 and args.density != 1:
+        raise ValueError("--jobs runs dense allreduces (no --density)")
+    if args.jobs > 1 and (compute_s or args.stragglers != "none" or fail):
+        raise ValueError("--jobs runs allreduces alone: no --compute, --stragglers or --fail")
+    if args.flow:
+        flow.check(spec, args.density, fail)
+    return Prepared(spec, compute_s, stragglers, fail)
+
+
 def main(args: argparse.Namespace) -> int:
     try:
-        if not (math.isfinite(args.size) and args.size >= 1 and args.size == int(args.size)) or (
-            args.iters < 1
-        ):
-            raise ValueError("--size must be a whole number >= 1 and --iters >= 1")
-        args.size = int(args.size)
-        fabric = topology.load(args.topology) if args.topology else None
-        if (args.link or args.rack) and fabric is None:
-            raise ValueError("--link and --rack name links of a --topology (e.g. two_level:4x8)")
-        if fabric is not None:
-            fabric = with_link_conditions(fabric, args.link, args.rack)
-        workers = len(fabric.workers) if fabric else args.workers
-        # timing only: the classes' tensors, checked once they are known (in `run`)
-        if not args.timing_only:
-            check_memory(args.size, workers)
-        if not 0 < args.density <= 1:
-            raise ValueError(f"--density must be in (0, 1], got {args.density}")
-        compute_s = units.seconds(args.compute, "--compute")
-        fail = parse_fail(args.fail, workers) if args.fail else None
-        stragglers = parse_stragglers(args.stragglers)
-        stragglers.factor_matrix(workers, 1, 0)  # a worker out of range: one line now
-        spec = replace(
-            network_spec(
-                args,
-                len(fabric.workers) if fabric else args.workers,
-                args.lanes,
-                args.pool,
-                seed=args.seed,
-                timing_only=args.timing_only,
-                topology=fabric,
-            ),
-            jobs=args.jobs,
-            placement=args.placement,
-            switch_slots=args.switch_slots,
-        )
-        if args.jobs > 1 and args.density != 1:
-            raise ValueError("--jobs runs dense allreduces (no --density)")
-        if args.jobs > 1 and (compute_s or args.stragglers != "none" or fail):
-            raise ValueError("--jobs runs allreduces alone: no --compute, --stragglers or --fail")
+        p = prepare(args)
     except ValueError as e:
         print(f"ina sim allreduce: {e}", file=sys.stderr)
         return 2
+    spec, compute_s, stragglers, fail = p.spec, p.compute_s, p.stragglers, p.fail
+    if args.flow:
+        r = flow.run(spec, args.size, args.iters, compute_s, stragglers, args.seed)
+        flow.print_result(r)
+        write(args.out, r)
+        return 0
     if args.jobs > 1:
         from ina.sim import jobs
 
