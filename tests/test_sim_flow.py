@@ -107,6 +107,7 @@ def test_the_cli_runs_65536_workers_and_writes_the_same_result_twice(tmp_path):
         (["--buffer", "1MB"], "no queues to fill"),
         (["--density", "0.1"], "dense allreduce"),
         (["--jobs", "2"], "one job"),
+        (["--backend", "ns3"], "on no backend"),
         (["--fail", "1@1ms"], "no worker to fail"),
         (["--cross", "trace:{trace}"], "not a trace"),
         (["--topology", "two_level:2x4", "--link", "h3:loss=0.1"], "no packets to lose"),

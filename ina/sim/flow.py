@@ -119,6 +119,8 @@ def check(spec: NetworkSpec, density: float = 1.0, fail=None) -> None:
     """What the flow-level mode cannot model, as a one-line ValueError."""
     if spec.jobs != 1:
         raise ValueError("--flow runs one job: drop --jobs, or drop --flow")
+    if spec.backend != "fast":
+        raise ValueError(f"--flow runs no packets, on no backend: drop --backend {spec.backend}")
     if density != 1.0:
         raise ValueError("--flow models the dense allreduce: drop --density, or drop --flow")
     if fail is not None:
