@@ -17,12 +17,17 @@ from ina.sim import allreduce, flow
 EPISODES = "on_s=0.0002:off_s=0.0003:fixed=1"
 
 
-def both(*argv: str) -> tuple[dict, dict]:
-    """The packet engine's (timing only) and the flow level's results of one command."""
+def prepared(*argv: str) -> tuple[argparse.Namespace, allreduce.Prepared]:
+    """`ina sim allreduce ARGV`'s options and the run they describe."""
     parser = argparse.ArgumentParser()
     allreduce.add_arguments(parser)
-    args = parser.parse_args(["--timing-only", "--iters", "2", *argv])
-    p = allreduce.prepare(args)
+    args = parser.parse_args(list(argv))
+    return args, allreduce.prepare(args)
+
+
+def both(*argv: str) -> tuple[dict, dict]:
+    """The packet engine's (timing only) and the flow level's results of one command."""
+    args, p = prepared("--timing-only", "--iters", "2", *argv)
     packets = allreduce.run(
         p.spec, args.size, args.iters, compute_s=p.compute_s, stragglers=p.stragglers
     )
@@ -54,26 +59,16 @@ def test_bulk_transfers_take_the_packet_engines_time_to_within_a_percent(argv, p
 
 
 def test_a_straggler_starts_every_call_when_it_is_ready():
-    base = flow.run(*_spec("--topology", "two_level:2x4"), 1_000_000, 3)
-    args = ("--topology", "two_level:2x4", "--compute", "2ms", "--stragglers", "slow:6=1.5")
-    slow = flow.run(*_spec(*args), 1_000_000, 3, compute_s=2e-3, stragglers=_stragglers(args))
+    base = flow.run(prepared("--flow", "--topology", "two_level:2x4")[1].spec, 1_000_000, 3)
+    _, p = prepared(
+        "--flow", "--topology", "two_level:2x4", "--compute", "2ms", "--stragglers", "slow:6=1.5"
+    )
+    slow = flow.run(p.spec, 1_000_000, 3, compute_s=p.compute_s, stragglers=p.stragglers)
     # each step: the straggler's 3 ms of compute, then the call as without it
     for a, b in zip(base["call_seconds"], slow["step_seconds"], strict=True):
         assert b == pytest.approx(3e-3 + a, abs=1e-12)
     # a call as the others see it: from their end of compute (2 ms) to the end
     assert slow["call_seconds"][1] == pytest.approx(1e-3 + base["call_seconds"][1], abs=1e-12)
-
-
-def _spec(*argv: str):
-    parser = argparse.ArgumentParser()
-    allreduce.add_arguments(parser)
-    return (allreduce.prepare(parser.parse_args(["--flow", *argv])).spec,)
-
-
-def _stragglers(argv):
-    parser = argparse.ArgumentParser()
-    allreduce.add_arguments(parser)
-    return allreduce.prepare(parser.parse_args(["--flow", *argv])).stragglers
 
 
 def test_the_cli_runs_65536_workers_and_writes_the_same_result_twice(tmp_path):
