@@ -53,7 +53,7 @@ def test_bulk_transfers_take_the_packet_engines_time_to_within_a_percent(argv, p
     (first, *rest), (flow_first, *flow_rest) = packets["step_seconds"], fluid["step_seconds"]
     for a, b in zip(rest, flow_rest, strict=True):
         assert b == pytest.approx(a, rel=0.01)
-    # the first call's join: in a tree, a few round trips longer in the packet engine
+    # the first call: in a tree, the packet engine's slow start takes a few round trips more
     assert flow_first == pytest.approx(first, rel=0.02)
     assert next(iter(fluid["paced_by"])) == paced_by  # the hop that set the pace most
 
@@ -120,7 +120,7 @@ def test_the_benchmark_prints_both_engines_and_their_difference():
     r = ina_in_process("bench", "flow", "--size", "2e5", "--only", "6")
     assert r.returncode == 0, r.stderr
     row = r.stdout.strip().splitlines()[-1].split("|")
-    # the last call (the whole run adds the join, a few round trips longer in the packets)
+    # the last call (the first adds the packet engine's slow start, which the fluid has not)
     packets, fluid, diff = (float(x.split()[0].rstrip("%")) for x in row[6:9])
     assert row[2].strip() == "`--topology two_level:4x8`"
     assert fluid == pytest.approx(packets, rel=0.02) and abs(diff) < 2
