@@ -187,13 +187,13 @@ def _paths(spec: NetworkSpec) -> tuple[list[Hop], list[list[Hop]]]:
     return hops, paths
 
 
-def _round_packets(values: int, lanes: int) -> list[int]:
-    """Frame bytes of a round of ``values`` int32 lanes: full packets, then the rest."""
+def _round_bits(values: int, lanes: int) -> tuple[float, float]:
+    """A round of ``values`` int32 lanes: its first frame's bits and all its frames' bits
+    (full packets, then the rest)."""
     full, rest = divmod(values, lanes)
-    frames = [packet_bytes(lanes) + FRAME_OVERHEAD] * full
-    if rest:
-        frames.append(packet_bytes(rest) + FRAME_OVERHEAD)
-    return frames
+    frame = (packet_bytes(lanes) + FRAME_OVERHEAD) * 8
+    last = (packet_bytes(rest) + FRAME_OVERHEAD) * 8 if rest else 0
+    return (frame if full else last), float(full * frame + last)
 
 
 class Fluid:
@@ -201,17 +201,30 @@ class Fluid:
 
     def __init__(self, spec: NetworkSpec) -> None:
         self.spec = spec
-        self.hops, self.paths = _paths(spec)
+        hops, paths = _paths(spec)
+        # a thousand worker links are mostly alike: the least rate of the hops that never
+        # change once, and only the hops with episodes at each step of a drain
+        self.varying = [h for h in hops if h.capacity is not None or h.cross is not None]
+        steady = [(h.rate(0.0), h.name) for h in hops if h.capacity is None and h.cross is None]
+        self.steady = min(steady, default=(math.inf, ""), key=lambda rn: rn[0])
+        # (paths alike in what an idle packet's time depends on, once)
+        alike = {tuple((h.rate_bps, h.delay_s, h.packets_per_packet) for h in p): p for p in paths}
+        self.paths = list(alike.values())
         self.frame_bits = (packet_bytes(spec.lanes) + FRAME_OVERHEAD) * 8
+        self._round_trips: dict[float, float] = {}
 
     def round_trip(self, frame_bits: float) -> float:
         """One packet's round trip on the longest path, idle."""
-        return max(sum(h.first_packet(frame_bits) for h in path) for path in self.paths)
+        if frame_bits not in self._round_trips:
+            self._round_trips[frame_bits] = max(
+                sum(h.first_packet(frame_bits) for h in path) for path in self.paths
+            )
+        return self._round_trips[frame_bits]
 
     def rate(self, t: float, window_bps: float) -> tuple[float, str]:
         """The job's rate at ``t`` and the hop that sets it."""
-        best, name = window_bps, "the window"
-        for h in self.hops:
+        best, name = (window_bps, "the window") if window_bps <= self.steady[0] else self.steady
+        for h in self.varying:
             r = h.rate(t)
             if r < best:
                 best, name = r, h.name
@@ -223,10 +236,10 @@ class Fluid:
         paced: dict[str, float] = {}
         while bits > 0:
             r, name = self.rate(t, window_bps)
-            nxt = min((h.next_change(t) for h in self.hops), default=math.inf)
-            if r <= 0:  # a hop with nothing left until its episode ends
+            nxt = min((h.next_change(t) for h in self.varying), default=math.inf)
+            if r <= 0:  # cross traffic takes the whole hop until its episode ends
                 if not math.isfinite(nxt):
-                    raise ValueError(f"--flow: {name} carries nothing, forever")
+                    raise RuntimeError(f"{name} carries nothing, forever")  # (episodes end)
                 paced[name] = paced.get(name, 0.0) + nxt - t
                 t = nxt
                 continue
@@ -241,11 +254,10 @@ class Fluid:
 
     def round(self, t0: float, values: int) -> tuple[float, dict]:
         """The end of a round of ``values`` lanes whose last worker is ready at ``t0``."""
-        frames = _round_packets(values, self.spec.lanes)
-        rtt = self.round_trip(frames[0] * 8)
+        first, total = _round_bits(values, self.spec.lanes)
         window = self.spec.pool_size * self.frame_bits / self.round_trip(self.frame_bits)
-        end, paced = self.drain(t0, 8.0 * (sum(frames) - frames[0]), window)
-        return end + rtt, paced
+        end, paced = self.drain(t0, total - first, window)
+        return end + self.round_trip(first), paced
 
 
 def run(
