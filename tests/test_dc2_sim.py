@@ -7,6 +7,7 @@ import argparse
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ina_in_process
@@ -256,3 +257,32 @@ def test_replot_of_results_without_their_run_folders_writes_the_tables(tmp_path)
     assert "| slow | 0.500 s (1.00x) | 0.550 s (1.10x) | not run |" in md, md  # not "not reached"
     assert "DC2 ownq within 1.15x of the best fixed level in every scenario: worst 1.040x" in md
     assert not (tmp_path / "dc2sim_accuracy_mnist1d.png").exists()
+
+
+def test_resume_reads_a_finished_run_and_runs_only_what_changed(tmp_path):
+    """--resume: a job whose folder holds its finished run (the same command) is read, not
+    run again, and gives the row the run gave; a changed command, an error or a half-written
+    folder runs again."""
+    from ina.experiments.dc2_sim import finished, run_plan
+
+    argv = ("--workloads", "mnist1d", "--scenarios", "quiet-dc", "--levels", "0.1", "--laws",
+            "ownq", "--targets", "mnist1d=0.5", "--eval-every", "10", "--max-steps", "60",
+            "--parallel", "1", "--out", str(tmp_path))  # fmt: skip
+    args = parse(*argv)
+    jobs = [j for j in plan(args) if j["config"] in ("dense", "fixed:0.1")]
+    first = run_plan(jobs[:1], args)  # dense only
+    done = finished(jobs[0])
+    assert done is not None and math.isnan(done["wall_s"])
+    assert {k: v for k, v in done.items() if k != "wall_s"} == {
+        k: v for k, v in first[0].items() if k != "wall_s"
+    }
+    assert finished(jobs[1]) is None  # never ran
+    assert finished({**jobs[0], "argv": [*jobs[0]["argv"], "--lr", "0.1"]}) is None
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    args.resume = True
+    rows = run_plan(jobs, args)  # dense read, fixed 0.1 run
+    assert math.isnan(rows[0]["wall_s"]) and rows[1]["wall_s"] > 0 and rows[1]["error"] == ""
+    assert rows[0]["time_to_target_s"] == first[0]["time_to_target_s"]
+    assert before != sorted(p.name for p in tmp_path.rglob("*"))  # the fixed run's folder
+    (Path(jobs[0]["dir"]) / "error.txt").write_text("x")
+    assert finished(jobs[0]) is None

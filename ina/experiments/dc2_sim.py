@@ -156,6 +156,12 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         "distribution of each method's regret over them; no oracle",
     )
     g.add_argument(
+        "--resume",
+        action="store_true",
+        help="read, not run again, every run whose folder in --out holds a finished run of "
+        "the same command (a sweep cut short, or the same sweep with another law or level)",
+    )
+    g.add_argument(
         "--quick",
         action="store_true",
         help=f"fixed levels {QUICK['levels']} (unless --levels) and at most "
@@ -358,13 +364,42 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
 
 
+def finished(job: dict) -> dict | None:
+    """The row of ``job`` read from its folder, if that holds a finished run of the same
+    command (its ``argv.json``, a ``result.json``, no ``error.txt``); else None. Simulated
+    runs are deterministic, so such a run is the one the job would make (its wall time is
+    not known: NaN)."""
+    where = Path(job["dir"])
+    try:
+        ran = json.loads((where / "argv.json").read_text())["argv"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if ran != job["argv"] + ["--out", str(where)] or (where / "error.txt").exists():
+        return None
+    try:
+        done = summarize(where)
+    except (OSError, ValueError, KeyError):
+        return None  # cut short while it wrote its files
+    row = {k: job[k] for k in ("workload", "scenario", "state", "config", "fraction", "seed")}
+    return {**row, **done, "wall_s": math.nan, "error": ""}
+
+
 def run_plan(jobs: list[dict], args: argparse.Namespace) -> list[dict]:
-    """Run every job not a duplicate of another's state run; duplicates copy its row."""
+    """Run every job not a duplicate of another's state run; duplicates copy its row. With
+    ``args.resume``, a job whose folder holds its finished run is read instead (`finished`)."""
     from ina.experiments.sweep import run_sweep
 
     todo = [j for j in jobs if not j.get("same_as")]
-    rows = run_sweep(run_job, todo, parallel=args.parallel, cluster=args.cluster,
-                     desc="dc2 --sim runs")  # fmt: skip
+    kept = {i: r for i, j in enumerate(todo) if getattr(args, "resume", False)
+            for r in [finished(j)] if r is not None}  # fmt: skip
+    if kept:
+        print(f"ina experiment dc2 --sim: {len(kept)} of them read from their folders "
+              "(--resume)", flush=True)  # fmt: skip
+    fresh = run_sweep(run_job, [j for i, j in enumerate(todo) if i not in kept],
+                      parallel=args.parallel, cluster=args.cluster,
+                      desc="dc2 --sim runs")  # fmt: skip
+    ran = iter(fresh)
+    rows = [kept[i] if i in kept else next(ran) for i in range(len(todo))]
     keyed = {_state_key(j): r for j, r in zip(todo, rows, strict=True) if j["state"]}
     out, it = [], iter(rows)
     for j in jobs:
