@@ -286,13 +286,3 @@ def test_resume_reads_a_finished_run_and_runs_only_what_changed(tmp_path):
     assert before != sorted(p.name for p in tmp_path.rglob("*"))  # the fixed run's folder
     (Path(jobs[0]["dir"]) / "error.txt").write_text("x")
     assert finished(jobs[0]) is None
-
-
-def test_a_named_configuration_runs_by_its_name_and_is_named_so():
-    """``--laws ownq-cap``: `ownq` with its ceiling at 0.1, named in the tables by its key."""
-    from ina.experiments.dc2_common import label
-
-    args = parse("--laws", "ownq,ownq-cap", "--scenarios", "quiet-dc", "--levels", "0.1")
-    laws = [c for c in args.config_list if c.kind == "dc2"]
-    assert [label(c) for c in laws] == ["DC2 ownq", "DC2 ownq-cap"]
-    assert laws[1].spec == DC2_DEFAULT["ownq"] + ":max_density=0.1:initial=0.1"

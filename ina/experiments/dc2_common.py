@@ -31,14 +31,9 @@ DC2_TUNED = "initial=0.01:min_density=0.01"
 # the queue a step builds is proportional to its bytes, so one step of ln(q / target) lands
 # on the target (a first try with the law's gain 0.5 and 2x steps took 4-5 steps, 15-20 ms,
 # to come down at the start of an episode and as long to come back up after it).
-_OWNQ = "share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:gain=0.5:"
 DC2_DEFAULT = {
-    "ownq": f"ownq:{_OWNQ}max_step=1.386",
-    # `ownq` never denser than 0.1: down to 0.1 compression costs no steps beyond the seeds'
-    # spread on either workload (docs/dc2.md, the steps table), so sending more buys nothing
-    # and costs time once congestion comes (a law reacts two steps late). Set from that table
-    # alone; evaluated on generated scenarios of one seed, then on another's (docs/dc2.md).
-    "ownq-cap": f"ownq:{_OWNQ}max_step=1.386:max_density=0.1:initial=0.1",
+    "ownq": "ownq:share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:"
+    "gain=0.5:max_step=1.386",
     "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
     "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
 }
@@ -157,8 +152,7 @@ def label(cfg: Config) -> str:
     """``DC2 LAW`` for a law's default configuration; another one is named in full."""
     if cfg.kind != "dc2":
         return cfg.label
-    name = next((k for k, v in DC2_DEFAULT.items() if v == cfg.spec), None)
-    return f"DC2 {name}" if name else f"DC2 {cfg.spec}"
+    return f"DC2 {cfg.law}" if DC2_DEFAULT.get(cfg.law) == cfg.spec else f"DC2 {cfg.spec}"
 
 
 def read_steps(where: Path) -> list[dict]:
