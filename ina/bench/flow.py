@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ina.errors import UsageError
 from ina.sim import allreduce, flow
 
 EPISODES = "on_s=0.0002:off_s=0.0003:fixed=1"
@@ -69,10 +70,13 @@ def compare(argv: list[str]) -> dict:
     }
 
 
+def diff(a: float, b: float) -> str:
+    """``b`` against ``a``, signed, in per cent."""
+    return f"{(b - a) / a:+.2%}"
+
+
 def main(args: argparse.Namespace) -> int:
     if args.only is not None and not 1 <= args.only <= len(ROWS):
-        from ina.errors import UsageError
-
         raise UsageError(f"--only must be 1..{len(ROWS)}, got {args.only}")
     print(
         "| run | options | packet engine, whole run | flow level | difference | last call: "
@@ -84,10 +88,6 @@ def main(args: argparse.Namespace) -> int:
             continue
         argv = ["--size", args.size, "--iters", str(args.iters), *extra]
         r = compare(argv)
-
-        def diff(a: float, b: float) -> str:
-            return f"{(b - a) / a:+.2%}"
-
         print(
             f"| {what} | `{' '.join(extra) or '(defaults)'}` | {r['packet_s'] * 1e3:.4f} ms | "
             f"{r['flow_s'] * 1e3:.4f} ms | {diff(r['packet_s'], r['flow_s'])} | "
