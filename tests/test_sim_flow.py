@@ -42,14 +42,17 @@ def both(*argv: str) -> tuple[dict, dict]:
         (["--switch-rate", "200G"], "switch"),
         (["--capacity", f"episodes:share=0.5:{EPISODES}"], "uplinks"),
         (["--cross", f"episodes:rate=40G:{EPISODES}"], "uplinks"),
+        (["--capacity", "trace:{trace}"], "uplinks"),  # looped: its changes' times round
         (["--topology", "two_level:2x4"], "the window"),
         (["--topology", "two_level:2x4", "--link", "l2:rate=25G"], "l2-s1 up"),
         (["--topology", "two_level:2x4", "--compute", "1ms", "--stragglers", "slow:5=1.5"],
          "the window"),
     ],
 )  # fmt: skip
-def test_bulk_transfers_take_the_packet_engines_time_to_within_a_percent(argv, paced_by):
-    packets, fluid = both("--size", "2e6", *argv)
+def test_bulk_transfers_take_the_packet_engines_time_to_within_a_percent(argv, paced_by, tmp_path):
+    trace = tmp_path / "capacity.txt"  # half the rate 20 us in every 50
+    trace.write_text("0 1\n0.00003 0.5\n0.00005 1\n")
+    packets, fluid = both("--size", "2e6", *(a.format(trace=trace) for a in argv))
     (first, *rest), (flow_first, *flow_rest) = packets["step_seconds"], fluid["step_seconds"]
     for a, b in zip(rest, flow_rest, strict=True):
         assert b == pytest.approx(a, rel=0.01)

@@ -61,14 +61,19 @@ def _next_change(model: CapacityModel, t: float) -> float:
     """The first time after ``t`` at which ``model``'s share may change."""
     if isinstance(model, CapacityEpisodes):
         starts, ends = model.episodes_until(t)  # (the schedule now reaches past t)
-        edges = np.concatenate([starts, ends])
-        later = edges[edges > t]
-        return float(later.min()) if later.size else math.inf
+        later = [e[k] for e in (starts, ends) if (k := np.searchsorted(e, t, "right")) < e.size]
+        return float(min(later)) if later else math.inf
     if isinstance(model, CapacityTrace):
         base = math.floor(t / model.period) * model.period
-        phase = t - base
-        later = model.times[model.times > phase]
-        return base + (float(later[0]) if later.size else model.period)
+        k = int(np.searchsorted(model.times, t - base, "right"))
+        # (t - base rounds: a line's time may come out at t itself; the next one then)
+        while True:
+            if k == model.times.size:
+                base, k = base + model.period, 0
+            nxt = base + float(model.times[k])
+            if nxt > t:
+                return nxt
+            k += 1
     return math.inf  # (a model of no known shape holds its share: no such model ships)
 
 
@@ -235,8 +240,10 @@ class Fluid:
         bottleneck set the pace."""
         paced: dict[str, float] = {}
         while bits > 0:
-            r, name = self.rate(t, window_bps)
             nxt = min((h.next_change(t) for h in self.varying), default=math.inf)
+            # the rates hold from t to nxt: read them inside, where no rounding of a
+            # change's time (a trace's, looped) can put t on the wrong side of it
+            r, name = self.rate(t if math.isinf(nxt) else t + (nxt - t) / 2, window_bps)
             if r <= 0:  # cross traffic takes the whole hop until its episode ends
                 if not math.isfinite(nxt):
                     raise RuntimeError(f"{name} carries nothing, forever")  # (episodes end)
