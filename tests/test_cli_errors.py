@@ -301,17 +301,17 @@ def test_mistakes_found_in_a_first_hour_are_one_line(argv, message):
 def test_every_help_shows_the_defaults_once():
     for argv in (["train"], ["sim", "allreduce"], ["sim", "fidelity"], ["allreduce"],
                  ["switch"], ["experiment", "dc2"]):  # fmt: skip
-        r = run_ina(*argv, "--help")
+        r = ina_in_process(*argv, "--help")
         text = " ".join(r.stdout.split())  # argparse wraps lines
         assert r.returncode == 0 and "(default: None)" not in text, argv
         assert len(re.findall(r"default[: ]", text)) > 5, argv
         assert re.search(r"\(default: [^)]*\) \(default", text) is None, argv
-    text = " ".join(run_ina("train", "--help").stdout.split())
+    text = " ".join(ina_in_process("train", "--help").stdout.split())
     assert "--epochs EPOCHS default: 20" in text and "--momentum MOMENTUM default: 0.9" in text
 
 
 def test_one_name_for_one_option_across_commands():
-    train = run_ina("train", "--help").stdout
-    sim = run_ina("sim", "allreduce", "--help").stdout
+    train = ina_in_process("train", "--help").stdout
+    sim = ina_in_process("sim", "allreduce", "--help").stdout
     for option in ("--delay", "--sim-backend", "--link-rate"):
         assert option in train and option in sim, option

@@ -62,6 +62,13 @@ def test_a_2x_straggler_adds_its_extra_compute_less_what_it_hides(study):
     assert float(ina.iteration(2.0) - ina.iteration(1.0)) == pytest.approx(extra, abs=ROUNDING_S)
 
 
+def test_a_slow_worker_is_a_class_of_its_own_and_jitter_makes_every_worker_one(study):
+    r, text = study
+    assert r["ina_simulated_workers"] == {"none": 1, "slow": 2, "jitter": 8}
+    assert "INA simulates 2 classes of alike workers" in text
+    assert "with jitter, every worker as itself" in text
+
+
 def test_the_expectation_is_the_simulation_at_the_same_factors(study):
     r, _ = study
     for row in r["slowdown"]:
@@ -71,7 +78,12 @@ def test_the_expectation_is_the_simulation_at_the_same_factors(study):
         drawn = row["drawn_max_factors"]
         assert len(drawn) == r["jitter_steps"] == 3 and min(drawn) > 1  # the max of 8 of mean 1
         for a in r["algorithms"]:
-            assert row[a]["at_draws_s"] == pytest.approx(row[a]["simulated_s"], abs=ROUNDING_S)
+            # INA's 8 jittered workers are simulated each as itself (8 classes): the others'
+            # packets reach the switch before the slowest's, not with them as in the
+            # reference run the expectation is built on, which moves a step by 0.05-0.17 %
+            # here. The baselines' models take the slowest worker's factor: exact.
+            bound = 1e-2 * row[a]["simulated_s"] if a == "ina" else ROUNDING_S
+            assert row[a]["at_draws_s"] == pytest.approx(row[a]["simulated_s"], abs=bound)
             # the slowest of 8 factors of mean 1 is > 1 in expectation, and T increases in f
             assert row[a]["expected_s"] > r["reference_s"][a]
     sigmas = [row["expected_max_factor"] for row in r["jitter"]]

@@ -151,10 +151,9 @@ def test_measured_is_flagged_as_host_dependent(tmp_path):
 
 
 def test_without_out_a_run_gets_its_own_folder_under_runs(tmp_path):
-    cmd = [sys.executable, "-m", "ina", "train", "--sim", "--no-progress", *SHORT]
     outs = []
-    for _ in range(2):
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    for _ in range(2):  # (in this process, from tmp_path: no interpreter start per run)
+        r = ina_in_process("train", "--sim", "--no-progress", *SHORT, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))
         out = tmp_path / line.removeprefix("results: ")

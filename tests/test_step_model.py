@@ -156,6 +156,14 @@ def test_stragglers_slow_the_step_and_timing_only_agrees_with_every_worker():
     for a, b, c in zip(everyone["steps"][1:], one["steps"][1:], alone["steps"][1:], strict=True):
         assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-9)
         assert a["iteration_s"] > c["iteration_s"] + 0.7 * shape.compute_s
+    assert one["simulated_workers"] == 2  # the slow worker, and a class of the three others
+    # jitter: every worker differs, so timing only simulates each as itself (4 classes)
+    jitter = parse_stragglers("jitter:0.2").factor_matrix(4, 3, 0)
+    everyone = simulate(shape, base, steps=3, factors=jitter)
+    classes = simulate(shape, replace(base, timing_only=True), steps=3, factors=jitter)
+    assert classes["simulated_workers"] == 4
+    for a, b in zip(everyone["steps"], classes["steps"], strict=True):
+        assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-9)
 
 
 def test_ring_of_bf16_gradients_sends_half_the_bytes():

@@ -37,8 +37,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 # -- data --------------------------------------------------------------------------------
 
 
-def test_mnist1d_is_deterministic_from_its_seed_and_leaves_global_generators_alone():
-    make = _mnist1d_arrays.__wrapped__  # past the per-process cache: generate twice
+def test_mnist1d_is_deterministic_from_its_seed_and_leaves_global_generators_alone(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("INA_CACHE_DIR", str(tmp_path))  # made here, not read from a cache
+    make = _mnist1d_arrays.__wrapped__  # past the per-process cache
     np.random.seed(5)
     random.seed(5)
     a = make(200, 3)
@@ -52,6 +55,34 @@ def test_mnist1d_is_deterministic_from_its_seed_and_leaves_global_generators_alo
     c = make(200, 4)
     assert not np.array_equal(a[0], c[0])
     assert a[0].shape == (160, 40) and a[2].shape == (40, 40)  # 80 % for training
+
+
+def test_mnist1d_is_made_once_per_machine_and_a_bad_cache_file_is_made_again(tmp_path, monkeypatch):
+    from ina.workload import data
+
+    make = _mnist1d_arrays.__wrapped__
+    monkeypatch.setenv("INA_CACHE_DIR", str(tmp_path / "cache"))
+    fresh = make(200, 7)
+    (path,) = (tmp_path / "cache").iterdir()
+    assert path.suffix == ".npz" and "-200-7-" in path.name
+
+    def no_making(_args):
+        raise AssertionError("made again although the cache holds it")
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "_make_mnist1d", no_making)
+        cached = make(200, 7)
+    for u, v in zip(fresh, cached, strict=True):
+        assert u.dtype == v.dtype and np.array_equal(u, v)
+    path.write_bytes(path.read_bytes()[:100])  # cut short: not trusted, made again
+    for u, v in zip(fresh, make(200, 7), strict=True):
+        assert np.array_equal(u, v)
+    assert len(np.load(path)["x"]) == 160  # and written whole again
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("INA_CACHE_DIR", str(blocked / "cache"))  # cannot be made: no cache
+    for u, v in zip(fresh, make(200, 7), strict=True):
+        assert np.array_equal(u, v)
 
 
 def test_mnist1d_shapes():

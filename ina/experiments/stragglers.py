@@ -3,8 +3,12 @@ a data-parallel step with INA and with a ring, simulated beside its analytic exp
 
 The step is `ina sim train`'s (`ina.sim.train_steps.prepare`, then `ina.sim.step.simulate`):
 a workload's layers timed on a device profile, DDP's buckets reduced as backward produces
-them, timing only (one representative worker stands for all N), INA through the simulated
-switch and the ring (or halving-doubling) from `ina.sim.baselines` over the same links.
+them, timing only, INA through the simulated switch and the ring (or halving-doubling) from
+`ina.sim.baselines` over the same links. Timing only simulates one worker per class of alike
+workers (`ina.sim.step.straggler_classes`): a slow worker is a class of its own, so INA's
+slow-worker runs give every worker's times, the 1,023 waiting ones included. Jitter makes
+every worker differ; beyond one switch's 32 classes one representative runs at the slowest
+factor of each step.
 
 1. **Reference**: one step without stragglers per algorithm; its timeline gives each
    bucket's allreduce time ``d_b``.
@@ -212,6 +216,8 @@ def run_study(args: argparse.Namespace) -> dict:
         f = parse_stragglers(stragglers).factor_matrix(spec.workers, steps, args.seed)
         r = simulate(shape, spec, steps, comms[a], codec, f, args.seed, 1 if trace else 0)
         r["max_factors"] = [float(x) for x in f.max(axis=1)]
+        kind = (a, stragglers.partition(":")[0])  # the most any run of a kind simulated
+        simulated[kind] = max(simulated.get(kind, 0), r.get("simulated_workers", 0))
         print(
             f"{a:<16} {stragglers:<12} {steps} step(s): {r['mean_iteration_s'] * 1e3:9.3f} ms "
             f"({r['wall_seconds']:.1f} s)",
@@ -219,7 +225,7 @@ def run_study(args: argparse.Namespace) -> dict:
         )
         return r
 
-    models, reference = {}, {}
+    models, reference, simulated = {}, {}, {}
     for a in algorithms:
         ref = sim(a, 1, "none", trace=True)
         reference[a] = ref["mean_iteration_s"]
@@ -269,6 +275,8 @@ def run_study(args: argparse.Namespace) -> dict:
         "reference_s": reference,
         "slowdown": slow_rows,
         "jitter": jitter_rows,
+        # INA's simulated workers (timing only: one per class) in each kind of run
+        "ina_simulated_workers": {k: n for (a, k), n in simulated.items() if a == "ina"},
         "steps": args.steps,
         "jitter_steps": args.jitter_steps,
         "seed": args.seed,
@@ -295,6 +303,27 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f}"
 
 
+def how_simulated(r: dict) -> str:
+    """How INA's runs stood for the N workers (older results: one representative)."""
+    n = r.get("ina_simulated_workers", {})
+    slow, jitter = n.get("slow"), n.get("jitter")
+    out = []
+    if slow and slow > 1:
+        out.append(
+            f"with one slow worker, INA simulates {slow} classes of alike workers (the slow one, "
+            "and the others), which gives every worker's times"
+        )
+    if jitter and jitter == r["workers"]:
+        out.append("with jitter, every worker as itself")
+    elif jitter:
+        out.append(
+            f"with jitter, all {r['workers']:,} workers differ, more classes than one switch's "
+            "32: one representative runs at the slowest factor of each step, which leaves out "
+            "what the others' early packets change at the switch"
+        )
+    return "; ".join(out) or "one representative worker stands for all, at the largest factor"
+
+
 def markdown(r: dict, cmd: str) -> str:
     """The report: command, setting, tables and what they show."""
     algs = r["algorithms"]
@@ -316,8 +345,7 @@ def markdown(r: dict, cmd: str) -> str:
             and r["workload"] == DEFAULTS["workload"]
             else []
         ),
-        f"- {r['network']}; timing only (one representative worker stands for all, at the "
-        "largest factor of the N)",
+        f"- {r['network']}; timing only: {how_simulated(r)}",
         "- Per-bucket allreduce ms without stragglers: "
         + "; ".join(f"{LABEL[a]} {', '.join(_ms(d) for d in r['allreduce_s'][a])}" for a in algs),
         f"- One slow worker: `slow:{SLOW_WORKER}=F`, {r['steps']} step(s) each; jitter: "

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ina.sim.backends import build
+from ina.sim.network import MAX_WORKERS
 from ina.sim.nodes import Compute
 from ina.sim.options import describe
 from ina.workload.buckets import assign_by_size
@@ -277,11 +278,24 @@ def _ina_workers(net, comm: CommConfig, seed: int):
     return out
 
 
+def straggler_classes(spec, f: np.ndarray) -> bool:
+    """Timing only: whether the workers of each distinct column of factors ``f`` (a slow
+    worker, say) are simulated as a class of their own (`ina.sim.classes`), which gives every
+    worker's times, including what the others do while they wait for it. Not when there are
+    more such classes than one switch's job holds (jitter on every worker): then one
+    representative runs at the slowest factor of each step, which leaves out only what the
+    waiting workers' retransmissions cost (`ina.sim.stragglers`)."""
+    return spec.timing_only and len(np.unique(f.T, axis=0)) <= MAX_WORKERS
+
+
 def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, seed):
-    """INA: every worker (or the timing-only representative, at the largest factor) runs its
-    step as a program on the simulated network; buckets through the real transport."""
-    net = build(spec)
+    """INA: every worker (timing only: one per class of alike workers, or a representative
+    at the slowest factor, `straggler_classes`) runs its step as a program on the simulated
+    network; buckets through the real transport."""
+    classes = straggler_classes(spec, f)
+    net = build(spec, worker_key=(lambda w: tuple(f[:, w])) if classes else (lambda w: None))
     workers = _ina_workers(net, comm, seed)
+    members = net.members or [[w] for w in range(len(net.workers))]  # (ns-3: no classes)
     # One set of gradients for every worker (the sums are still checked bit for bit, and a
     # ResNet-50 step of 32 workers holds one copy of its 25 M values, not 32): a block of
     # random values repeated, as drawing 336 M normal values would cost BERT-large's step
@@ -292,17 +306,17 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
     nodes = len(net.workers)
     check = SumCheck(nodes)
     per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
-    rep = spec.timing_only
+    rep = spec.timing_only and not classes  # one representative, at the slowest factor
     densities: list[float] = []  # worker 0's density at each step's start
     # dense sums are checked bit for bit against the int32 sum of what every worker encoded
     # (compressed paths verify their own decode; the representative's sums are its own)
-    checked = comm.density == 1 and not (comm.compressor or comm.law or rep)
+    checked = comm.density == 1 and not (comm.compressor or comm.law or spec.timing_only)
 
     def program(w: int):
         tl = timelines[w] if w < len(timelines) else None
         worker = workers[w]
         for s in range(steps):
-            fw = float(f[s].max()) if rep else float(f[s, w])
+            fw = float(f[s].max()) if rep else float(f[s, members[w][0]])
             t0 = net.now
             if w == 0:
                 densities.append(worker.density())
@@ -351,7 +365,11 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
         {
             "densities": densities,
             "bytes_sent_per_worker": stats.bytes_sent,
-            "retransmissions": sum(w.stats.retransmissions for w in workers),
+            # (timing only: a class's once per worker it stands for)
+            "retransmissions": sum(
+                w.stats.retransmissions * len(m) for w, m in zip(workers, members, strict=True)
+            ),
+            "simulated_workers": len(net.workers),
             "exact": exact,
             "events": net.engine.events,
         },

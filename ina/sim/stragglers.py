@@ -12,11 +12,12 @@ factor on its compute time (forward, backward and optimizer alike):
   past the list run at 1);
 - ``A+B``: the product of two models (``slow:0=2+jitter:0.05``).
 
-In timing-only runs one representative worker stands for all N: it runs with the largest
-factor of the N at each step, which gives every worker's times when the paths are alike and
-the switch is not the bottleneck (each slot completes at the slowest worker's packet; the
-earlier packets of the others change no result time). A test compares it with the
-per-worker simulation.
+In timing-only runs the workers of each distinct column of factors are a class, simulated
+once (`ina.sim.step.straggler_classes`, `ina.sim.classes`). Where more differ than one
+switch's job holds, one representative runs with the largest factor of the N at each step:
+each slot completes at the slowest worker's packet, so that gives the step to within what the
+others' earlier packets change at the switch. A test compares the classes with every worker
+simulated; `tests/test_experiment_stragglers.py` bounds that difference at 8 workers.
 """
 
 from __future__ import annotations

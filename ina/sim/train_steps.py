@@ -11,9 +11,10 @@ or torch.profiler trace, or one of the trainable models (``--dataset``/``--model
    allreduce starting when its last gradient is ready and overlapping the rest of backward,
    then the optimizer; INA through the transport and switch pipeline, or the ring and
    halving-doubling baselines.
-3. ``--timing-only``: one representative worker stands for all N (any N); without it every
-   worker is simulated (N <= 32) and every sum is checked bit for bit. Stragglers scale each
-   worker's compute (`ina.sim.stragglers`).
+3. ``--timing-only``: one worker per class of alike workers stands for its class (any N; a
+   slow worker is a class of its own); without it every worker is simulated (N <= 32) and
+   every sum is checked bit for bit. Stragglers scale each worker's compute
+   (`ina.sim.stragglers`).
 
 Writes ``result.json`` (per step ``iteration_s``, ``compute_s``, ``exposed_comm_s``,
 ``codec_s``, ``throughput``; overall ``scaling_factor``), ``timeline.json`` (a Chrome trace:
@@ -99,8 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timing-only",
         action="store_true",
-        help="one representative worker stands for all (identical deterministic links): "
-        "any number of workers",
+        help="one worker per class of alike workers (identical deterministic links; a slow "
+        "worker is a class of its own): any number of workers",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the gradients and the network")
     p.add_argument("--out", help="directory for result.json, timeline.json and timeline.png")

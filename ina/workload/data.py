@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
+import json
+import os
 import pickle
 import random
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,22 +212,59 @@ def load_cifar10(seed: int = 0, path: str | None = None) -> Dataset:
 MNIST1D_SAMPLES = 12_000
 
 
+def cache_dir() -> Path:
+    """Where made data sets are kept between runs: ``$INA_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/ina``, else ``~/.cache/ina``."""
+    if os.environ.get("INA_CACHE_DIR"):
+        return Path(os.environ["INA_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ina"
+
+
 @functools.lru_cache(maxsize=4)
 def _mnist1d_arrays(num_samples: int, seed: int) -> tuple[np.ndarray, ...]:
     """``make_dataset`` with our arguments, once per process (a simulator builds every rank's
-    shard in one process). The package seeds numpy's and Python's global generators: their
-    states are restored, so that loading the data changes nothing else in the run."""
-    from mnist1d.data import get_dataset_args, make_dataset
+    shard in one process), and once per machine: making it takes several seconds of CPU, and
+    a sweep of DC2 or GRACE runs loads it in every run, so the arrays are kept in
+    `cache_dir` under a name that holds the package's version and every argument. A file
+    that cannot be read or written is made again, never trusted half-written (it is written
+    to a temporary name and renamed). The package seeds numpy's and Python's global
+    generators: their states are restored, so that loading the data changes nothing else in
+    the run."""
+    from importlib.metadata import version
+
+    from mnist1d.data import get_dataset_args
 
     args = get_dataset_args()
     args.num_samples, args.seed = num_samples, seed
+    key = hashlib.sha256(json.dumps(vars(args), sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / f"mnist1d-{version('mnist1d')}-{num_samples}-{seed}-{key}.npz"
+    names = ("x", "y", "x_test", "y_test")
+    try:
+        with np.load(path) as f:
+            return tuple(f[n] for n in names)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # absent or not ours
+        pass
+    d = _make_mnist1d(args)
+    arrays = tuple(d[n] for n in names)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **dict(zip(names, arrays, strict=True)))
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: the run goes on without the cache
+        pass
+    return arrays
+
+
+def _make_mnist1d(args) -> dict:
+    from mnist1d.data import make_dataset
+
     np_state, py_state = np.random.get_state(), random.getstate()
     try:
-        d = make_dataset(args)
+        return make_dataset(args)
     finally:
         np.random.set_state(np_state)
         random.setstate(py_state)
-    return d["x"], d["y"], d["x_test"], d["y_test"]
 
 
 def load_mnist1d(seed: int = 0, path: str | None = None) -> Dataset:
