@@ -583,7 +583,6 @@ class LinkEmulator:
         fixed = self._fixed_delay()
         if (
             fixed is not None
-            and self.loss == 0
             and self.buffer_bytes is None
             and self.capacity is None
             and self.cross is None
@@ -592,49 +591,24 @@ class LinkEmulator:
             and isinstance(nbytes, np.ndarray)
             and nbytes.shape == times.shape
         ):
-            # A plain wire, the simulator's common case: no draws, no queue accounting, and
-            # FIFO by construction (a constant delay after a FIFO serializer). The same
+            # A plain wire, the simulator's common case: no delay draws, no queue accounting,
+            # and FIFO by construction (a constant delay after a FIFO serializer). The same
             # arithmetic as below, without its per-call overhead.
-            state = (self.rate_bps, fixed, self.reorder, self._free_ps, self._last_release)
-            last = _last_plain[0]
-            if (
-                last is not None
-                and last[0] is times
-                and last[1] is nbytes
-                and last[2] == state
-                and last[7] is count
-            ):
-                # the same arrays into a wire of the same rate, delay and state (a switch's
-                # multicast into identical downlinks): the same result, computed once
-                _, _, _, release, nsum, self._free_ps, self._last_release, _ = last
-                self.packets += times.size
-                self.bytes += nsum
-                return release
+            if self.loss == 0:
+                return self._admit_plain(times, nbytes, fixed, count, memo=True)
             if times.size > 1 and (times[1:] < times[:-1]).any():
                 raise ValueError("admit_batch needs 1-D nondecreasing times and sizes >= 0")
-            nsum = int(nbytes.sum())
-            self.packets += times.size
-            self.bytes += nsum
-            if self.rate_bps is None:
-                departure = times
-            else:
-                done = self._serialize_fast(to_ps(times), nbytes, self.rate_bps, count)
-                self._free_ps = float(done[-1])
-                departure = done / _PS
-            release = departure + fixed
-            if not self.reorder:
-                release = np.maximum(release, self._last_release)
-                self._last_release = float(release[-1])
-            _last_plain[0] = (
-                times,
-                nbytes,
-                state,
-                release,
-                nsum,
-                self._free_ps,
-                self._last_release,
-                count,
-            )
+            # one loss draw per packet, in order, as below; the kept ones go through the wire
+            kept = self._uniform.take(times.size) >= self.loss
+            if kept.all():
+                return self._admit_plain(times, nbytes, fixed, count, memo=False)
+            release = np.full(times.size, np.nan)
+            lost = times.size - int(np.count_nonzero(kept))
+            self.packets += lost
+            self.dropped += lost
+            if lost < times.size:
+                per = None if count is None else np.asarray(count)[kept]
+                release[kept] = self._admit_plain(times[kept], nbytes[kept], fixed, per, memo=False)
             return release
         sizes = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), times.shape)
         if times.ndim != 1 or np.any(np.diff(times) < 0) or np.any(sizes < 0):
@@ -668,6 +642,48 @@ class LinkEmulator:
             out[queued] = ok
         idx = np.flatnonzero(kept) if isinstance(kept, np.ndarray) else np.arange(len(times))
         release[idx] = out
+        return release
+
+    def _admit_plain(
+        self, times: np.ndarray, nbytes: np.ndarray, fixed: float, count, memo: bool
+    ) -> np.ndarray:
+        """`admit_batch` on a plain wire, every packet kept. ``memo``: a lossless wire may
+        answer the same arrays with the last result (a multicast into identical downlinks);
+        one that draws losses never does, as it must draw for every packet."""
+        state = (self.rate_bps, fixed, self.reorder, self._free_ps, self._last_release)
+        last = _last_plain[0] if memo else None
+        if (
+            last is not None
+            and last[0] is times
+            and last[1] is nbytes
+            and last[2] == state
+            and last[7] is count
+        ):
+            # the same arrays into a wire of the same rate, delay and state (a switch's
+            # multicast into identical downlinks): the same result, computed once
+            _, _, _, release, nsum, self._free_ps, self._last_release, _ = last
+            self.packets += times.size
+            self.bytes += nsum
+            return release
+        if times.size > 1 and (times[1:] < times[:-1]).any():
+            raise ValueError("admit_batch needs 1-D nondecreasing times and sizes >= 0")
+        nsum = int(nbytes.sum())
+        self.packets += times.size
+        self.bytes += nsum
+        if self.rate_bps is None:
+            departure = times
+        else:
+            done = self._serialize_fast(to_ps(times), nbytes, self.rate_bps, count)
+            self._free_ps = float(done[-1])
+            departure = done / _PS
+        release = departure + fixed
+        if not self.reorder:
+            release = np.maximum(release, self._last_release)
+            self._last_release = float(release[-1])
+        if memo:
+            _last_plain[0] = (
+                times, nbytes, state, release, nsum, self._free_ps, self._last_release, count
+            )  # fmt: skip
         return release
 
     def _among_cross(self, t: np.ndarray, size: np.ndarray, count=None) -> np.ndarray:
