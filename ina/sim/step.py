@@ -283,8 +283,9 @@ def straggler_classes(spec, f: np.ndarray) -> bool:
     worker, say) are simulated as a class of their own (`ina.sim.classes`), which gives every
     worker's times, including what the others do while they wait for it. Not when there are
     more such classes than one switch's job holds (jitter on every worker): then one
-    representative runs at the slowest factor of each step, which leaves out only what the
-    waiting workers' retransmissions cost (`ina.sim.stragglers`)."""
+    representative runs at the slowest factor of each step, which leaves out what the
+    others' earlier packets change at the switch: their queueing, and their retransmissions
+    while they wait (`ina.sim.stragglers`)."""
     return spec.timing_only and len(np.unique(f.T, axis=0)) <= MAX_WORKERS
 
 
