@@ -18,6 +18,7 @@ A target that cannot run here is skipped with the reason. docs/testing.md has th
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 
@@ -33,7 +34,8 @@ from differential.targets import (
     install_topology,
     veth_target_for,
 )
-from differential.traces import Topology, TraceBuilder, all_traces, default_topology
+from differential.traces import TRACES as TRACE_FNS
+from differential.traces import Topology, TraceBuilder, build, default_topology
 
 from ina.control import jobs
 from ina.control.jobs import install_job, remove_job
@@ -44,7 +46,18 @@ from ina.switch_model.tables import JobSpec, WorkerAddress
 
 SEED = int(os.environ.get("INA_TRACE_SEED", "0"))  # another seed explores other traces
 TOPO = default_topology()
-TRACES = all_traces(TOPO, SEED)
+NAMES = list(TRACE_FNS)
+
+
+@functools.cache
+def trace_named(name: str):
+    """A trace, built when a test first needs it (not at collection, in every process)."""
+    return build(name, TOPO, SEED)
+
+
+@pytest.fixture
+def trace(request):
+    return trace_named(request.param)
 
 
 # -- targets ----------------------------------------------------------------------------------
@@ -81,14 +94,14 @@ def veth_target(request, tmp_path_factory):
 # -- the traces --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
+@pytest.mark.parametrize("trace", NAMES, indirect=True)
 def test_trace_does_what_it_says_on_the_model(trace, model_replays):
     replay = model_replays(trace)
     for name, packets in trace.expect.items():
         assert replay.counters[name][0] == packets, f"{trace.name}: {name}"
 
 
-@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
+@pytest.mark.parametrize("trace", NAMES, indirect=True)
 def test_one_batch_equals_frame_by_frame_on_the_model(trace, model):
     runs = []
     for batch in (False, True):
@@ -100,7 +113,7 @@ def test_one_batch_equals_frame_by_frame_on_the_model(trace, model):
 
 @pytest.mark.network
 @pytest.mark.root
-@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
+@pytest.mark.parametrize("trace", NAMES, indirect=True)
 def test_trace_on_veths_equals_the_model(trace, veth_target, model_replays):
     got = veth_target.replay(TOPO, trace)
     assert differences(got, model_replays(trace), veth_target.name) == []
