@@ -275,10 +275,6 @@ def build(name: str, topo: Topology | None = None, seed: int = 0) -> Trace:
     return Trace(name, tuple(b.frames), expect)
 
 
-def all_traces(topo: Topology | None = None, seed: int = 0) -> list[Trace]:
-    return [build(name, topo, seed) for name in TRACES]
-
-
 # -- the traces -------------------------------------------------------------------------------
 
 
@@ -882,7 +878,6 @@ __all__ = [
     "Topology",
     "Trace",
     "TraceBuilder",
-    "all_traces",
     "build",
     "default_topology",
     "trace",
