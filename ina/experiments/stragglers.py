@@ -216,8 +216,9 @@ def run_study(args: argparse.Namespace) -> dict:
         f = parse_stragglers(stragglers).factor_matrix(spec.workers, steps, args.seed)
         r = simulate(shape, spec, steps, comms[a], codec, f, args.seed, 1 if trace else 0)
         r["max_factors"] = [float(x) for x in f.max(axis=1)]
-        kind = (a, stragglers.partition(":")[0])  # the most any run of a kind simulated
-        simulated[kind] = max(simulated.get(kind, 0), r.get("simulated_workers", 0))
+        if a == "ina":  # the most workers any run of a kind simulated (none, slow, jitter)
+            kind = stragglers.partition(":")[0]
+            simulated[kind] = max(simulated.get(kind, 0), r["simulated_workers"])
         print(
             f"{a:<16} {stragglers:<12} {steps} step(s): {r['mean_iteration_s'] * 1e3:9.3f} ms "
             f"({r['wall_seconds']:.1f} s)",
@@ -276,7 +277,7 @@ def run_study(args: argparse.Namespace) -> dict:
         "slowdown": slow_rows,
         "jitter": jitter_rows,
         # INA's simulated workers (timing only: one per class) in each kind of run
-        "ina_simulated_workers": {k: n for (a, k), n in simulated.items() if a == "ina"},
+        "ina_simulated_workers": simulated,
         "steps": args.steps,
         "jitter_steps": args.jitter_steps,
         "seed": args.seed,
