@@ -36,9 +36,7 @@ from pathlib import Path
 from ina.control.dc2.laws import law_params
 from ina.errors import HelpFormatter
 from ina.procs import stop_process
-from ina.workload.hook import COMPRESSIONS
-from ina.workload.models import MODELS
-from ina.workload.tasks import TASKS, Workload, resolve
+from ina.workload.catalog import COMPRESSIONS, INPUTS, TASKS, Workload, resolve
 
 DENSITY = 0.05  # --density's default, for --compression homomorphic only
 
@@ -52,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--model",
-        choices=sorted(MODELS),
+        choices=sorted(INPUTS),
         help="default: the data set's own ("
         + ", ".join(f"{t.dataset}: {t.default_model}" for t in TASKS.values())
         + ")",

@@ -279,6 +279,23 @@ def test_diverging_run_ends_with_one_line_per_rank_and_no_traceback(tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
+def test_the_launcher_checks_its_options_and_data_without_torch():
+    # Every run of `ina train` starts the launcher, torchrun and the ranks: torch's import
+    # (about 2 s of CPU) is paid by those that train, not by the launcher.
+    code = (
+        "import sys\n"
+        "from ina import train_cli as cli\n"
+        "import argparse\n"
+        "p = argparse.ArgumentParser(); cli.add_arguments(p)\n"
+        "for argv in ([], ['--dataset', 'mnist1d'], ['--dataset', 'pytext']):\n"
+        "    cli.validate(p.parse_args(argv))\n"
+        "print(sorted(m for m in ('torch', 'sklearn', 'mnist1d') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
 def test_torchrun_wrapper_names_deaths_our_ranks_did_not_report():
     from ina.train.torchrun import _death
 

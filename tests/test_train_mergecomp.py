@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from ina.cli import main as ina_main
-from ina.workload.tasks import model_of, resolve
+from ina.workload.catalog import resolve
+from ina.workload.tasks import model_of
 
 # simulated times independent of this host: fixed compute, the codec at a throughput (also
 # the cost model's codec), a slow network so that the rounds' per-call latency matters

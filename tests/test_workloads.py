@@ -23,9 +23,10 @@ import torch
 
 from ina import train_cli as cli
 from ina.workload import textdata
+from ina.workload.catalog import ACCURACY, BPC, TASKS, resolve
 from ina.workload.data import MNIST1D_SAMPLES, _mnist1d_arrays, load_dataset
 from ina.workload.models import build_model, num_parameters
-from ina.workload.tasks import ACCURACY, BPC, TASKS, build_rank, evaluate, loss_fn, resolve
+from ina.workload.tasks import build_rank, evaluate, loss_fn
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -77,12 +78,31 @@ def test_mnist1d_is_made_once_per_machine_and_a_bad_cache_file_is_made_again(tmp
     path.write_bytes(path.read_bytes()[:100])  # cut short: not trusted, made again
     for u, v in zip(fresh, make(200, 7), strict=True):
         assert np.array_equal(u, v)
-    assert len(np.load(path)["x"]) == 160  # and written whole again
+    assert len(np.load(path)["a0"]) == 160  # and written whole again
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setenv("INA_CACHE_DIR", str(blocked / "cache"))  # cannot be made: no cache
     for u, v in zip(fresh, make(200, 7), strict=True):
         assert np.array_equal(u, v)
+
+
+def test_digits_split_is_kept_and_read_back_without_scikit_learn(tmp_path, monkeypatch):
+    from ina.workload.data import _digits_split
+
+    make = _digits_split.__wrapped__  # past the per-process cache
+    monkeypatch.setenv("INA_CACHE_DIR", str(tmp_path))
+    fresh = make(3, 0.2)
+    (path,) = tmp_path.iterdir()
+    assert path.name.startswith("digits-") and "-3-0.2" in path.name
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "sklearn", None)  # an import of it would now fail
+        cached = make(3, 0.2)
+        d = load_dataset("digits", seed=3)
+    for u, v in zip(fresh, cached, strict=True):
+        assert u.dtype == v.dtype and np.array_equal(u, v)
+    assert torch.equal(d.test_y, torch.from_numpy(cached[3].astype(np.int64)))
+    assert len(cached[0]) + len(cached[2]) == 1797 and len(cached[2]) == 360
+    assert not np.array_equal(make(4, 0.2)[3], cached[3])  # another seed, another split
 
 
 def test_mnist1d_shapes():

@@ -668,7 +668,7 @@ def _minutes(wall_s: float) -> str:
 
 def markdown(table: dict, goal_rows: list, configs: list[Config], args, wall_s: float) -> str:
     from ina.sim.scenario import load_scenario
-    from ina.workload.tasks import resolve as resolve_workload
+    from ina.workload.catalog import resolve as resolve_workload
 
     gen = generated(args, table)
     kind = "generated scenarios" if gen else ("long run" if args.long else "short run")

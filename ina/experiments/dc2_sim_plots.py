@@ -108,7 +108,7 @@ def plot_accuracy(table: dict, args, out: Path) -> list[Path]:
     """One figure per workload: the metric against simulated time, a panel per scenario."""
     import matplotlib.pyplot as plt
 
-    from ina.workload.tasks import resolve
+    from ina.workload.catalog import resolve
 
     colors, paths = _colors(args.config_list), []
     for w, scenarios in table.items():

@@ -127,8 +127,8 @@ def train_one(run: Run) -> dict:
     import io
 
     from ina.sim.train import SimTraining
+    from ina.workload.catalog import resolve
     from ina.workload.compute import CodecModel, parse_compute
-    from ina.workload.tasks import resolve
 
     name, pairs = run.name_args
     out = Path(run.out)
@@ -188,8 +188,9 @@ def gradient_size(workload: str, seed: int) -> int:
     data set made here (MNIST-1D takes 15-40 s of CPU to generate; each run makes its own)."""
     import torch
 
+    from ina.workload.catalog import resolve
     from ina.workload.models import num_parameters
-    from ina.workload.tasks import model_of, resolve
+    from ina.workload.tasks import model_of
 
     torch.manual_seed(seed)
     return num_parameters(model_of(resolve(workload, MODELS[workload])))

@@ -212,8 +212,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from ina.compressors import make_communicator, parse_args
     from ina.sim.options import describe, network_spec
+    from ina.workload.catalog import resolve
     from ina.workload.compute import parse_compute
-    from ina.workload.tasks import build_rank, resolve
+    from ina.workload.tasks import build_rank
 
     try:
         cargs = parse_args(args.compressor_arg)

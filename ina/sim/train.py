@@ -48,13 +48,14 @@ from ina.sim.nodes import Compute
 from ina.sim.options import describe
 from ina.units import format_seconds, plural
 from ina.workload.buckets import SimBucket, buckets_of
+from ina.workload.catalog import resolve
 from ina.workload.compute import CodecModel, ComputeModel, calibrate_step, step_flops
 from ina.workload.data import shard
 from ina.workload.models import num_parameters
 from ina.workload.rank import METRICS as RANK_METRICS
 from ina.workload.rank import STEP_LOG as RANK_STEP_LOG
 from ina.workload.rank import ina_worker, param_digest, with_metric
-from ina.workload.tasks import build_rank, evaluate, loss_fn, resolve
+from ina.workload.tasks import build_rank, evaluate, loss_fn
 from ina.workload.traffic import Densities, compression_of, summary_lines
 
 # `ina train`'s columns (epoch_s, step_ms, comm_ms, time_s, step_s, comm_s simulated here),

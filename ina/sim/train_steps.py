@@ -126,7 +126,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
             f"a shipped example ({', '.join(imports.EXAMPLES)}) or a file"
         )
     from ina.workload import zoo
-    from ina.workload.tasks import resolve
+    from ina.workload.catalog import resolve
 
     task = resolve(args.dataset, args.model)
     return zoo.trainable(task.dataset, task.model, args.batch_size or 32, args.precision)

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ina.errors import Diverged, NonFiniteError
+from ina.workload.catalog import resolve
 from ina.workload.hook import ina_allreduce_hook
 from ina.workload.models import num_parameters
 from ina.workload.rank import (
@@ -40,7 +41,7 @@ from ina.workload.rank import (
     param_digest,
     with_metric,
 )
-from ina.workload.tasks import build_rank, evaluate, loss_fn, resolve
+from ina.workload.tasks import build_rank, evaluate, loss_fn
 from ina.workload.traffic import Densities, compression_of
 
 

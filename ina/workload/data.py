@@ -39,13 +39,16 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
 
 from ina.workload.textdata import SEQ_LEN, VOCAB_SIZE, pytext_arrays
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: `ina train`'s launcher
+    import torch  # checks its data files without paying for torch's import
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
 
 # What a model needs to know of each data set, without loading it: the input shape of one
 # sample and the number of classes (text: the vocabulary). `ina sim train --timing-only`
@@ -86,6 +89,8 @@ def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def _make(name: str, xtr, ytr, xte, yte, num_classes: int, kind: str = "image") -> Dataset:
+    import torch
+
     xtr, xte = _standardize(np.asarray(xtr, np.float64), np.asarray(xte, np.float64))
     return Dataset(
         name,
@@ -100,19 +105,33 @@ def _make(name: str, xtr, ytr, xte, yte, num_classes: int, kind: str = "image") 
 
 def load_digits(seed: int = 0, test_fraction: float = 0.2, path: str | None = None) -> Dataset:
     """scikit-learn's digits: 1,797 images of 8x8, a stratified split seeded by ``seed``."""
-    from sklearn.datasets import load_digits as sk_load_digits
-    from sklearn.model_selection import train_test_split
-
     if path:
         raise ValueError("the digits data set ships with scikit-learn: it takes no path")
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    d = sk_load_digits()
-    x = d.images.reshape(-1, 1, 8, 8)
-    xtr, xte, ytr, yte = train_test_split(
-        x, d.target, test_size=test_fraction, random_state=seed, stratify=d.target
-    )
+    xtr, ytr, xte, yte = _digits_split(seed, test_fraction)
     return _make("digits", xtr, ytr, xte, yte, 10)
+
+
+@functools.lru_cache(maxsize=4)
+def _digits_split(seed: int, test_fraction: float) -> tuple[np.ndarray, ...]:
+    """The split, kept in `cache_dir`: importing scikit-learn costs a rank more CPU (about
+    1.2 s) than the rest of its start but torch, and every run of `ina train` starts ranks."""
+    from importlib.metadata import version
+
+    def make() -> tuple[np.ndarray, ...]:
+        from sklearn.datasets import load_digits as sk_load_digits
+        from sklearn.model_selection import train_test_split
+
+        d = sk_load_digits()
+        x = d.images.reshape(-1, 1, 8, 8)
+        xtr, xte, ytr, yte = train_test_split(
+            x, d.target, test_size=test_fraction, random_state=seed, stratify=d.target
+        )
+        return xtr, ytr, xte, yte
+
+    name = f"digits-{version('scikit-learn')}-{seed}-{test_fraction!r}.npz"
+    return _cached_arrays(name, make)
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -223,13 +242,11 @@ def cache_dir() -> Path:
 @functools.lru_cache(maxsize=4)
 def _mnist1d_arrays(num_samples: int, seed: int) -> tuple[np.ndarray, ...]:
     """``make_dataset`` with our arguments, once per process (a simulator builds every rank's
-    shard in one process), and once per machine: making it takes several seconds of CPU, and
-    a sweep of DC2 or GRACE runs loads it in every run, so the arrays are kept in
-    `cache_dir` under a name that holds the package's version and every argument. A file
-    that cannot be read or written is made again, never trusted half-written (it is written
-    to a temporary name and renamed). The package seeds numpy's and Python's global
-    generators: their states are restored, so that loading the data changes nothing else in
-    the run."""
+    shard in one process), and once per machine (`_cached_arrays`): making it takes several
+    seconds of CPU, and a sweep of DC2 or GRACE runs loads it in every run. The file's name
+    holds the package's version and a hash of every argument. The package seeds numpy's and
+    Python's global generators: their states are restored, so that loading the data changes
+    nothing else in the run."""
     from importlib.metadata import version
 
     from mnist1d.data import get_dataset_args
@@ -237,19 +254,29 @@ def _mnist1d_arrays(num_samples: int, seed: int) -> tuple[np.ndarray, ...]:
     args = get_dataset_args()
     args.num_samples, args.seed = num_samples, seed
     key = hashlib.sha256(json.dumps(vars(args), sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir() / f"mnist1d-{version('mnist1d')}-{num_samples}-{seed}-{key}.npz"
-    names = ("x", "y", "x_test", "y_test")
+
+    def make() -> tuple[np.ndarray, ...]:
+        d = _make_mnist1d(args)
+        return tuple(d[n] for n in ("x", "y", "x_test", "y_test"))
+
+    return _cached_arrays(f"mnist1d-{version('mnist1d')}-{num_samples}-{seed}-{key}.npz", make)
+
+
+def _cached_arrays(name: str, make: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """The arrays kept in `cache_dir` under ``name``, else ``make()``'s, then kept there. A
+    file that cannot be read is made again, never trusted half-written (it is written to a
+    temporary name and renamed); a folder that cannot be written is skipped."""
+    path = cache_dir() / name
     try:
         with np.load(path) as f:
-            return tuple(f[n] for n in names)
+            return tuple(f[f"a{i}"] for i in range(len(f.files)))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # absent or not ours
         pass
-    d = _make_mnist1d(args)
-    arrays = tuple(d[n] for n in names)
+    arrays = make()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **dict(zip(names, arrays, strict=True)))
+        np.savez(tmp, **{f"a{i}": a for i, a in enumerate(arrays)})
         os.replace(tmp, path)
     except OSError:  # a read-only home: the run goes on without the cache
         pass
@@ -320,6 +347,9 @@ def shard(
     of steps with full batches, so every allreduce has the same length on every worker.
     Call ``sampler.set_epoch(e)`` before each epoch.
     """
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     train = TensorDataset(data.train_x, data.train_y)

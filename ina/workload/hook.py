@@ -22,11 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ina.host.allreduce import Worker
-
-COMPRESSIONS = ("dense", "homomorphic", "dc2")
-# ``compressor``: every bucket through the Worker's GRACE communicator (`ina.compressors`);
-# chosen with ``ina train --compressor NAME``, not with ``--compression``
-MODES = (*COMPRESSIONS, "compressor")
+from ina.workload.catalog import MODES
 
 
 class INAHookState:

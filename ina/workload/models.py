@@ -1,7 +1,7 @@
 """Models for `ina train`, by registry name.
 
 Every factory takes the data set's input shape (without the batch dimension) and number of
-classes. `INPUTS` says which kinds of data set (`ina.workload.data.Dataset.kind`) a model takes:
+classes. `ina.workload.catalog.INPUTS` says which kinds of data set (`ina.workload.data.Dataset.kind`) a model takes:
 the image models work on digits (1x8x8), MNIST (1x28x28) and CIFAR-10 (3x32x32), the MLPs
 on MNIST-1D's signals (1x40) too.
 
@@ -29,6 +29,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from ina.workload.catalog import INPUTS
 
 Shape = tuple[int, ...]
 
@@ -155,16 +157,7 @@ MODELS: dict[str, Callable[[Shape, int], nn.Module]] = {
     "resnet": resnet,
 }
 
-# The kinds of data set each model takes (`ina.workload.data.Dataset.kind`).
-INPUTS: dict[str, tuple[str, ...]] = {
-    "mlp": ("image", "signal"),
-    "cnn": ("image",),
-    "mid_mlp": ("image", "signal"),
-    "big_mlp": ("image", "signal"),
-    "cnn1d": ("signal",),
-    "char_lstm": ("text",),
-    "resnet": ("image",),
-}
+assert set(MODELS) == set(INPUTS), "every model names the data it takes"
 
 
 def build_model(name: str, input_shape: Shape, num_classes: int) -> nn.Module:

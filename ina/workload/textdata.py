@@ -31,7 +31,6 @@ import sysconfig
 from pathlib import Path
 
 import numpy as np
-import torch
 
 SEQ_LEN = 64  # characters per window: long enough for an LSTM to use a line's context
 STDLIB_ENV = "INA_PYTEXT_STDLIB"  # another Python's stdlib folder, for a corpus made elsewhere
@@ -105,5 +104,7 @@ def pytext_arrays(path: str | None = None):
     xte, yte = windows(encode(test), SEQ_LEN)
     if len(xte) == 0 or len(xtr) == 0:
         raise ValueError("pytext: the standard library's sources are too small for a window")
+    import torch  # here, not at import: `ina train`'s launcher reads this module's sizes
+
     t = torch.from_numpy
     return t(xtr), t(ytr), t(xte), t(yte)

@@ -272,9 +272,9 @@ ENTRIES: dict[str, Entry] = {
 
 
 def _trainable_entry(name: str, dataset: str, model: str, params: int, published: str) -> Entry:
+    from ina.workload.catalog import TASKS
     from ina.workload.data import SHAPES
     from ina.workload.models import build_model
-    from ina.workload.tasks import TASKS
 
     shape, classes = SHAPES[dataset]
     text = TASKS[dataset].kind == "text"
@@ -365,9 +365,9 @@ def _cached(e: Entry, batch: int, precision: str, seq_len: int | None) -> Worklo
 
 def trainable(dataset: str, model: str, batch_size: int, precision: str = "fp32") -> Workload:
     """The workload of `ina train`'s ``model`` on ``dataset`` (any pair the trainer accepts,
-    `ina.workload.tasks.resolve`), at ``batch_size`` per worker: what the simulator's real
+    `ina.workload.catalog.resolve`), at ``batch_size`` per worker: what the simulator's real
     training reads per-layer FLOPs from."""
-    from ina.workload.tasks import resolve
+    from ina.workload.catalog import resolve
 
     w = resolve(dataset, model)
     check_precision(precision)
