@@ -363,10 +363,12 @@ def _cached(e: Entry, batch: int, precision: str, seq_len: int | None) -> Worklo
     return measure(e.name, batch, precision, seq_len)
 
 
+@functools.lru_cache(maxsize=32)
 def trainable(dataset: str, model: str, batch_size: int, precision: str = "fp32") -> Workload:
     """The workload of `ina train`'s ``model`` on ``dataset`` (any pair the trainer accepts,
     `ina.workload.catalog.resolve`), at ``batch_size`` per worker: what the simulator's real
-    training reads per-layer FLOPs from."""
+    training reads per-layer FLOPs from. Kept per process: counting the character LSTM's
+    FLOPs takes about 2 s, and a sweep process or a test session starts many runs of it."""
     from ina.workload.catalog import resolve
 
     w = resolve(dataset, model)
