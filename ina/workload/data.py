@@ -115,8 +115,8 @@ def load_digits(seed: int = 0, test_fraction: float = 0.2, path: str | None = No
 
 @functools.lru_cache(maxsize=4)
 def _digits_split(seed: int, test_fraction: float) -> tuple[np.ndarray, ...]:
-    """The split, kept in `cache_dir`: importing scikit-learn costs a rank more CPU (about
-    1.2 s) than the rest of its start but torch, and every run of `ina train` starts ranks."""
+    """The split, kept in `cache_dir` (`_cached_arrays`): importing scikit-learn costs a rank
+    about 1.2 s of CPU, and every run of `ina train` starts ranks."""
     from importlib.metadata import version
 
     def make() -> tuple[np.ndarray, ...]:
