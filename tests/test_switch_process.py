@@ -113,3 +113,18 @@ def test_ina_allreduce_command_runs_processes_and_checks_exactness():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK, every sum exact" in r.stdout
     assert "aggregated" in r.stdout  # the switch's counters are printed
+
+
+def test_a_workers_tensor_is_drawn_without_torch():
+    # `ina allreduce` spawns one process per worker; each draws every worker's tensor to
+    # check the sums. Without torch a worker starts in a fraction of a second.
+    code = (
+        "import sys\n"
+        "from ina.host.allreduce_cmd import worker_tensor\n"
+        "a, b = worker_tensor(0, 1, 1000), worker_tensor(0, 1, 1000)\n"
+        "c = worker_tensor(0, 2, 1000)\n"
+        "print(a.dtype, (a == b).all(), (a != c).any(), 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["float32", "True", "True", "False"]

@@ -28,13 +28,14 @@ from ina.switch_model.run import MAX_POOL
 from ina.switch_model.tables import JobSpec, load_jobs
 
 
-def worker_tensor(seed: int, worker_id: int, size: int):
-    """The tensor worker ``worker_id`` contributes: gradient-like (heavy-tailed) float32."""
-    import torch
+def worker_tensor(seed: int, worker_id: int, size: int) -> np.ndarray:
+    """The tensor worker ``worker_id`` contributes: gradient-like (heavy-tailed) float32.
 
-    g = torch.Generator().manual_seed(seed * 1000 + worker_id)
-    scale = torch.exp(torch.randn(size, generator=g))
-    return (torch.randn(size, generator=g) * scale * 1e-3).to(torch.float32)
+    numpy, not torch: a worker process then starts without importing torch (about 2 s of
+    CPU each); the transport takes either (torch's path is the DDP hook's, tested there)."""
+    g = np.random.default_rng(seed * 1000 + worker_id)
+    scale = np.exp(g.standard_normal(size))
+    return (g.standard_normal(size) * scale * 1e-3).astype(np.float32)
 
 
 def run_worker(
@@ -53,7 +54,7 @@ def run_worker(
     from ina.host import quantize
     from ina.host.allreduce import Worker
 
-    xs = [worker_tensor(seed, w, size).numpy() for w in range(cfg.num_workers)]
+    xs = [worker_tensor(seed, w, size) for w in range(cfg.num_workers)]
     mine = worker_tensor(seed, cfg.worker_id if rank is None else rank, size)
     times = []
     with Worker(cfg) as worker:
@@ -68,7 +69,7 @@ def run_worker(
             expected += quantize.encode(x, info.exponents, cfg.lanes, cfg.num_workers)
         exact_ints = bool(np.array_equal(worker.last_int_sums, expected))
         true_sum = np.sum(np.asarray(xs, dtype=np.float64), axis=0)
-        err = np.abs(out.numpy().astype(np.float64) - true_sum)
+        err = np.abs(np.asarray(out).astype(np.float64) - true_sum)
         # bound: quantization + the float32 rounding of the returned tensor
         bound = info.error_bound + np.abs(true_sum) * 2.0**-23 + 1e-45
         st = worker.stats
