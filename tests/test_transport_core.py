@@ -391,3 +391,22 @@ def test_with_early_retransmission_the_window_keeps_room_to_see_a_loss(early):
         assert RACK_WINDOW <= window < RACK_WINDOW + 1  # cut to the floor, grown a little
     else:
         assert window < RACK_WINDOW
+
+
+def test_the_estimator_over_a_batch_equals_one_sample_at_a_time():
+    """`_update_rto` on a batch with retransmitted chunks' results mixed in gives, after each
+    result, exactly the timeout and smoothed round trip that feeding the results one by one
+    gives (Karn: an unclean result changes nothing), and leaves the same state."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        rtt = rng.uniform(1e-5, 5e-3, n)
+        clean = rng.random(n) < (0.0 if trial % 10 == 0 else 0.8)  # some with none clean
+        batch, single = (TransportCore(config(0, 2), nonce=1) for _ in range(2))
+        for core in (batch, single):  # the estimator running, as after a first sample
+            core._update_rto(np.array([2e-3]), np.array([True]))
+        rto, srtt = batch._update_rto(rtt, clean)
+        for i in range(n):
+            r1, s1 = single._update_rto(rtt[i : i + 1], clean[i : i + 1])
+            assert (r1[0], s1[0]) == (rto[i], srtt[i]), (trial, i)
+        assert (batch.rto, batch._srtt, batch._rttvar) == (single.rto, single._srtt, single._rttvar)

@@ -160,6 +160,9 @@ RACK_WINDOW = 4
 RECENT_SAMPLES = 8
 _REPLY = int(Flag.RESULT | Flag.PENDING)
 _RESULT = int(Flag.RESULT)  # (a plain int: an enum in a numpy expression costs ~10 us)
+_RETX = int(Flag.RETX)
+_FLAGS_AT = HEADER_DTYPE.fields["flags"][1]  # the flags' byte (one byte) in the header
+assert HEADER_DTYPE.fields["flags"][0].itemsize == 1
 _REJECT = int(Flag.REJECT)
 _JOIN = int(Op.JOIN)
 
@@ -481,9 +484,7 @@ class TransportCore:
         call.last_sent[go] = at
         call.deadline[go] = deadline
         call.probe[go] = False
-        tx_hdr = call.tx[go, :HEADER_BYTES].copy().view(HEADER_DTYPE).reshape(-1)
-        tx_hdr["flags"] |= int(Flag.RETX)
-        call.tx[go, :HEADER_BYTES] = tx_hdr.view(np.uint8).reshape(-1, HEADER_BYTES)
+        call.tx[go, _FLAGS_AT] |= _RETX
         self._queue(call.tx, go, at)
         self.stats.retransmissions += int(go.size)
 
@@ -796,8 +797,10 @@ class TransportCore:
     ) -> None:
         is_result = (hdr["flags"][rows] & _RESULT) != 0
         if not is_result.all():  # PENDING replies: remember who the switch has heard from
-            for c, r in zip(chunks[~is_result].tolist(), rows[~is_result].tolist(), strict=True):
-                call.pending[c] = int(hdr[r]["bitmap"])
+            replies = ~is_result
+            call.pending.update(
+                zip(chunks[replies].tolist(), hdr["bitmap"][rows[replies]].tolist(), strict=True)
+            )
             chunks, rows = chunks[is_result], rows[is_result]
         fresh = ~call.done[chunks]
         if not fresh.all():
@@ -805,7 +808,7 @@ class TransportCore:
             chunks, rows = chunks[fresh], rows[fresh]
         rc = chunks.tolist()
         if len(set(rc)) != len(rc):  # the same chunk twice in one batch: the first counts
-            first = sorted({c: i for i, c in reversed(list(enumerate(rc)))}.values())
+            first = np.sort(np.unique(chunks, return_index=True)[1])
             self.stats.duplicate_results += len(rc) - len(first)
             chunks, rows = chunks[first], rows[first]
             rc = chunks.tolist()
@@ -1048,20 +1051,32 @@ class TransportCore:
         batch. The timeout follows the queueing delay a full window builds up."""
         srtt, rttvar = self._srtt, self._rttvar
         cfg = self.cfg
-        if rtt.size and srtt != 0.0 and clean.all():
-            # The common batch: every sample clean, the estimator running. The recurrence
-            # one sample at a time; the timeout from it in array steps (the same float
-            # operations as below: max and min only select).
+        if rtt.size and srtt != 0.0:
+            # The estimator running (every batch but a run's first): the recurrence over the
+            # clean samples one at a time; the timeout from it in array steps (the same float
+            # operations as below: max and min only select); each result's values are those
+            # after the last clean sample at or before it (a retransmitted chunk's result
+            # changes nothing, Karn).
+            every = bool(clean.all())
             smoothed, var = [], []
             keep_srtt, keep_var = smoothed.append, var.append
-            for r in rtt.tolist():
+            for r in (rtt if every else rtt[clean]).tolist():
                 rttvar = 0.75 * rttvar + 0.25 * abs(srtt - r)
                 srtt = 0.875 * srtt + 0.125 * r
                 keep_srtt(srtt)
                 keep_var(rttvar)
+            if not smoothed:  # no clean sample
+                return np.full(rtt.size, self.rto), np.full(rtt.size, srtt)
             s, v = np.array(smoothed), np.array(var)
             out = np.minimum(np.maximum(np.maximum(s + 4 * v, 2 * s), cfg.min_rto), cfg.max_rto)
+            rto_before, srtt_before = self.rto, self._srtt
             self._srtt, self._rttvar, self.rto = srtt, rttvar, float(out[-1])
+            if every:
+                return out, s
+            # result i: the values after clean sample last[i] (-1: those before the batch)
+            last = np.cumsum(clean)
+            out = np.concatenate(([rto_before], out))[last]
+            s = np.concatenate(([srtt_before], s))[last]
             return out, s
         rto = self.rto
         out, smoothed = [], []

@@ -675,10 +675,14 @@ class WorkerNode:
                 buf, rows, at = sends[0]
                 data, times = buf[rows], times_of(rows, at)
             else:
-                data = np.concatenate([buf[rows] for buf, rows, _ in sends])
                 times = np.concatenate([times_of(rows, at) for _, rows, at in sends])
                 order = np.argsort(times, kind="stable")
-                data, times = data[order], times[order]
+                times = times[order]
+                buf = sends[0][0]
+                if all(b is buf for b, _, _ in sends):  # (the usual: one call's buffer)
+                    data = buf[np.concatenate([rows for _, rows, _ in sends])[order]]
+                else:
+                    data = np.concatenate([b[rows] for b, rows, _ in sends])[order]
             lengths = np.full(times.size, self.core.pb, np.int64)
             self.uplink.send(times, data, lengths, self.port)
         if self._in_round and self.core.idle:
