@@ -146,7 +146,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help=f"with --compression homomorphic: fraction of entries sent (default {DENSITY})",
     )
-    c.add_argument("--law", default="aimd", help="dc2: control law (fixed, aimd, target, ownq)")
+    c.add_argument(
+        "--law", default="aimd", help="dc2: control law (fixed, aimd, target, ownq, cost)"
+    )
     c.add_argument(
         "--law-param",
         action="append",

@@ -17,8 +17,10 @@ from ina.control.dc2 import (
     AIMDLaw,
     DC2Controller,
     DelayMonitor,
+    DelayStats,
     DelayTargetLaw,
     FixedLevel,
+    MeasuredCostLaw,
     OwnQueueLaw,
     index_to_density,
     level_to_index,
@@ -101,6 +103,7 @@ def test_registry():
         "aimd": AIMDLaw,
         "target": DelayTargetLaw,
         "ownq": OwnQueueLaw,
+        "cost": MeasuredCostLaw,
     }
     law = make_law("aimd", decrease=0.7)
     assert isinstance(law, AIMDLaw) and law.decrease == 0.7 and law.name == "aimd"
@@ -572,3 +575,96 @@ def test_the_controller_tells_the_law_which_level_each_step_ran_at():
     dc2.observe(np.full(4, BASE), now=0.05 + np.arange(4) * 1e-4)
     dc2.step(now=0.051)
     assert seen[4] == pytest.approx(index_to_density(40))
+
+
+# --- the measured-cost law ----------------------------------------------------------------
+
+
+def cost_loop(law, step_time, stream_share, steps=300, lag=2):
+    """Steps whose time is ``step_time(d)`` at density ``d`` and whose own bytes stream in
+    over ``stream_share(d)`` of it; a decision takes effect ``lag`` steps later, and the law
+    is told the density each step ran at. Returns the density of every step."""
+    pending, t, out = [law.density] * lag, 0.0, []
+    for k in range(steps):
+        d = pending.pop(0)
+        period = step_time(d)
+        t += period
+        stats = DelayStats(
+            time=t, samples=k + 1, retransmitted=0, rejected=0, window_samples=10,
+            latest=BASE, base_rtt=BASE, srtt=BASE, rttvar=0.0, p50=BASE, p95=BASE, trend=0.0,
+            round_samples=10, round_stream=stream_share(d) * period,
+        )  # fmt: skip
+        pending.append(law.next_level(stats, round_density=d))
+        out.append(d)
+    return np.array(out)
+
+
+OWNQ = dict(share=0.08, share_low=0.64, knee=0.03, knee_width=0.55, min_density=0.003)
+
+
+def test_the_cost_law_stays_dense_where_compressing_saves_no_time():
+    """A standing queue: the job's bytes seem to take half of every step at any density
+    (they stream in behind others' packets), but the step takes 10 ms whatever the density.
+    The own-bytes law compresses to its knee; the cost law measures that no band is faster
+    and holds dense (its steps model makes every lower density cost more), trying a lower
+    one again only when the costs it measured there grow old."""
+
+    def flat(d):
+        return 0.010
+
+    def half(d):
+        return 0.5
+
+    ownq = cost_loop(OwnQueueLaw(**OWNQ), flat, half)
+    assert np.all(ownq[100:] < 0.05)
+    cost = cost_loop(make_law("cost", **OWNQ, memory=100), flat, half)
+    assert np.mean(cost[50:] == 1.0) > 0.85
+    assert np.mean(cost[50:]) > 0.85
+
+
+def test_the_cost_law_compresses_where_the_bytes_take_the_step():
+    """A slow link: the bytes take 90 % of a dense step and shrink with the density. Both
+    laws compress; the cost law settles where its measured cost is least among the bands it
+    ran, far below dense."""
+
+    def step(d):
+        return 0.001 + 0.009 * max(d, 0.003)
+
+    def share(d):
+        return 0.009 * max(d, 0.003) / step(d)
+
+    ownq = cost_loop(OwnQueueLaw(**OWNQ), step, share)
+    cost = cost_loop(make_law("cost", **OWNQ), step, share)
+    assert np.median(ownq[100:]) < 0.1 and np.median(cost[100:]) < 0.1
+    law = make_law("cost", **OWNQ)
+    assert law._steps(0.01) > law._steps(0.1) > law._steps(1.0) == 1.0
+
+
+def test_the_cost_law_takes_ownq_parameters_and_refuses_bad_ones():
+    law = make_law("cost", share=0.2, memory=50)
+    assert law.share == 0.2 and law.memory == 50
+    with pytest.raises(ValueError, match="memory >= 1"):
+        make_law("cost", memory=0)
+    with pytest.raises(ValueError, match="no parameter"):
+        make_law("cost", shares=0.2)
+
+
+def test_the_cost_law_compresses_through_an_episode_that_begins_while_dense():
+    """Quiet, 1.1 ms steps at any density; then a slow episode where dense steps take 10 ms
+    and compression saves most of it; then quiet again. The costs measured before the
+    episode mean nothing in it: the law compresses through it, and is dense again after."""
+    k = [0]
+
+    def slow():
+        return 100 <= k[0] < 200
+
+    def step(d):
+        k[0] += 1
+        return 0.001 + 0.009 * max(d, 0.003) if slow() else 0.0011
+
+    def share(d):
+        return 0.9 * max(d, 0.003) / (0.1 + 0.9 * max(d, 0.003)) if slow() else 0.05 * d
+
+    levels = cost_loop(make_law("cost", **OWNQ), step, share, steps=300)
+    assert np.mean(levels[110:200] < 0.3) > 0.9
+    assert np.all(levels[:100] == 1.0) and np.mean(levels[220:] == 1.0) > 0.9

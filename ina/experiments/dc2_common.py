@@ -34,6 +34,8 @@ DC2_TUNED = "initial=0.01:min_density=0.01"
 DC2_DEFAULT = {
     "ownq": "ownq:share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:"
     "gain=0.5:max_step=1.386",
+    "cost": "cost:share=0.08:share_low=0.64:knee=0.03:knee_width=0.55:min_density=0.003:"
+    "gain=0.5:max_step=1.386",
     "target": "target:target_s=0.0005:min_density=0.003:gain=1:max_step=2.08",
     "aimd": "aimd:threshold_s=0.0005:min_density=0.003:increase=0.05",
 }

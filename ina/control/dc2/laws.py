@@ -133,9 +133,17 @@ register_law = registrar(LAWS, "control law")
 
 def law_parameters(name: str) -> list[str]:
     """The parameters law ``name``'s constructor takes, in its order."""
+    return _parameters(LAWS[name])
+
+
+def _parameters(cls: type) -> list[str]:
+    """``cls``'s constructor's parameters, and its base's where it passes ``**`` on."""
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    sig = inspect.signature(LAWS[name].__init__)
-    return [n for n, p in sig.parameters.items() if n != "self" and p.kind in kinds]
+    sig = inspect.signature(cls.__init__).parameters
+    own = [n for n, p in sig.items() if n != "self" and p.kind in kinds]
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in sig.values()):
+        own += [n for n in _parameters(cls.__mro__[1]) if n not in own]
+    return own
 
 
 def make_law(name: str, **params: float) -> ControlLaw:
@@ -523,6 +531,109 @@ class OwnQueueLaw(ControlLaw):
         high, low = _logit(self.share), _logit(self.share_low)
         logit = low + (high - low) * (x + 1) / 2
         return 1 / (1 + math.exp(-logit)), (low - high) / (2 * self.knee_width)
+
+
+@register_law("cost")
+class MeasuredCostLaw(OwnQueueLaw):
+    """`OwnQueueLaw`'s moves, each checked against what the densities measurably cost.
+
+    The own-bytes signal says how much of the step the job's bytes take, not how much
+    compressing them would save. Where the two part, the law compresses for nothing: under a
+    standing queue the bytes' time barely shrinks with the density, and between dense and a
+    tenth the support round can make a step slower than dense. So this law also scores the
+    densities it has run, and climbs towards the cheapest:
+
+    1. Per band of densities (half a decade wide: 1, 0.3, 0.1, 0.03, ...) it keeps a moving
+       average of the step times measured there.
+    2. A band's cost is its step time times the steps to target its density needs, as a
+       model: ``d ** -alpha`` above the knee, ``knee ** -alpha * (d / knee) ** -alpha_low``
+       below it. The defaults are the elasticities behind `OwnQueueLaw`'s shares (MNIST-1D's
+       steps table, docs/dc2.md): 0.042 and 0.21.
+    3. A proposal into a band whose fresh cost is more than ``margin`` above the present
+       band's is refused; the law then tries the band above instead where that one has no
+       fresh cost or a lower one (the signal asked for fewer bytes, the costs say the other
+       way), and holds otherwise. Where a fresh band costs ``margin`` less than where the
+       law is going, it goes there.
+    4. A band's cost is fresh for ``memory`` decisions; a step time more than ``change``
+       away from its band's average means the path changed, and every other band's cost is
+       forgotten.
+
+    Args (besides `OwnQueueLaw`'s):
+        alpha: elasticity of the steps to target to the density above the knee.
+        alpha_low: the same below the knee.
+        margin: relative cost difference that moves (or holds) the law.
+        memory: decisions a band's cost stays fresh.
+        change: relative change of a band's step time that means the path changed.
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.042,
+        alpha_low: float = 0.21,
+        margin: float = 0.05,
+        memory: int = 200,
+        change: float = 0.15,
+        **ownq: float,
+    ) -> None:
+        super().__init__(**ownq)
+        if not (alpha >= 0 and alpha_low >= 0 and margin >= 0 and change > 0 and memory >= 1):
+            raise ValueError("need alpha, alpha_low, margin >= 0, change > 0 and memory >= 1")
+        self.alpha, self.alpha_low = alpha, alpha_low
+        self.margin, self.memory, self.change = margin, int(memory), change
+        # band -> [mean step time, decision it was last measured at, density last run there]
+        self._bands: dict[int, list[float]] = {}
+        self._count = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._bands = {}
+        self._count = 0
+
+    def _steps(self, density: float) -> float:
+        """Steps to target at ``density`` relative to dense (the model of step 2)."""
+        if density >= self.knee:
+            return density**-self.alpha
+        return self.knee**-self.alpha * (density / self.knee) ** -self.alpha_low
+
+    def _decide(self, stats: DelayStats) -> float:
+        period = stats.time - self._last_time
+        proposal = super()._decide(stats)
+        ran = self.round_density
+        if ran is None or not period > 0:
+            return proposal
+        self._count += 1
+        now, band = self._count, _band(ran)
+        held = self._bands.get(band)
+        if held is None or now - held[1] > self.memory:
+            self._bands[band] = [period, now, ran]
+        else:
+            if abs(period / held[0] - 1) > self.change:  # the path changed: start afresh
+                self._bands = {band: [period, now, ran]}
+            else:
+                held[0] += 0.25 * (period - held[0])
+                held[1], held[2] = now, ran
+        cost = {
+            b: t * self._steps(d) for b, (t, seen, d) in self._bands.items()
+            if now - seen <= self.memory
+        }  # fmt: skip
+        here, there = _band(self.density), _band(proposal)
+        if there > here and there in cost and here in cost:
+            if cost[there] > cost[here] * (1 + self.margin):  # down costs more, measured
+                up = here - 1
+                if up >= 0 and (up not in cost or cost[up] < cost[here]):
+                    return min(10 ** (-up / 2), self.max_density)  # try the band above
+                return self.density
+        going = _band(proposal)
+        if going in cost:
+            best = min(cost, key=cost.get)
+            if cost[best] * (1 + self.margin) < cost[going]:
+                proposal = self._bands[best][2]  # back to a band that costs less, measured
+        return proposal
+
+
+def _band(density: float) -> int:
+    """The half-decade band of ``density``: 0 for dense, 1 for about 0.3, 2 for 0.1, ..."""
+    return round(-2 * math.log10(density))
 
 
 _RUNG = 1.03  # a little more than one rung of the ladder: densities this close are one level
