@@ -52,6 +52,15 @@ def ina_in_process(*argv: str, cwd: str | os.PathLike | None = None) -> subproce
     return subprocess.CompletedProcess(["ina", *argv], rc, out.getvalue(), err.getvalue())
 
 
+def fresh_python(code: str, timeout: float = 60) -> str:
+    """What ``code`` prints, run in a new interpreter (nothing this test process imported is
+    there): the way to check what a module imports."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 def bmv2_thrift_serving(port: int, timeout: float = 10.0) -> bool:
     """Whether BMv2's Thrift runtime server accepts on ``port`` within ``timeout``.
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import fresh_python
 
 from ina import train_cli as cli
 from ina.host.allreduce import Worker
@@ -291,9 +292,7 @@ def test_the_launcher_checks_its_options_and_data_without_torch():
         "    cli.validate(p.parse_args(argv))\n"
         "print(sorted(m for m in ('torch', 'sklearn', 'mnist1d') if m in sys.modules))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
 
 
 def test_torchrun_wrapper_names_deaths_our_ranks_did_not_report():
