@@ -25,6 +25,8 @@ The laws (equations and the reasons for the defaults in docs/dc2.md):
   whole path's delay changes no gap within a round), held at a share of the step's time: a
   small one above the density where the workload's steps start to grow fast, a large one
   below it.
+* `MeasuredCostLaw` (``cost``): `OwnQueueLaw`'s moves, checked against the step time each
+  band of densities measurably takes, weighed by a model of the steps to target.
 
 The paper (Abdelmoniem & Canini, INFOCOM'21) has no public code: these laws are our own.
 """
@@ -544,7 +546,7 @@ class MeasuredCostLaw(OwnQueueLaw):
     densities it has run, and climbs towards the cheapest:
 
     1. Per band of densities (half a decade wide: 1, 0.3, 0.1, 0.03, ...) it keeps a moving
-       average of the step times measured there.
+       average (gain 1/4) of the step times measured there.
     2. A band's cost is its step time times the steps to target its density needs, as a
        model: ``d ** -alpha`` above the knee, ``knee ** -alpha * (d / knee) ** -alpha_low``
        below it. The defaults are the elasticities behind `OwnQueueLaw`'s shares (MNIST-1D's
@@ -554,9 +556,10 @@ class MeasuredCostLaw(OwnQueueLaw):
        fresh cost or a lower one (the signal asked for fewer bytes, the costs say the other
        way), and holds otherwise. Where a fresh band costs ``margin`` less than where the
        law is going, it goes there.
-    4. A band's cost is fresh for ``memory`` decisions; a step time more than ``change``
-       away from its band's average means the path changed, and every other band's cost is
-       forgotten.
+    4. A band's cost is fresh for ``memory`` decisions. A step time more than ``change``
+       away from its band's average means the path changed: that band starts again from it,
+       and every other band's cost is forgotten (an average across the change would compare
+       a quiet band with a congested one).
 
     Args (besides `OwnQueueLaw`'s):
         alpha: elasticity of the steps to target to the density above the knee.
