@@ -45,10 +45,15 @@ def test_dc2_verdicts_follow_the_measured_speedup():
     # smaller than --quick, on the same code paths: dc2 to a lower target (50 steps dense,
     # 100 at 0.01), its step part with a small zoo model (the PTB LSTM's dense step alone
     # takes about 40 s to simulate), grace with two methods of its six, one per path
-    # (dense summed, top-k as a union of supports)
+    # (dense summed, top-k as a union of supports); one run at a time, in the command's own
+    # process: each worker process of a pool imports torch again (about 11 s of CPU a test;
+    # the pool has tests of its own)
     [
-        ("dc2", ["--step-models", "cifar10-resnet20", "--targets", "mnist1d=0.3"]),
-        ("grace", ["--methods", "none,topk:ratio=0.01"]),
+        (
+            "dc2",
+            ["--step-models", "cifar10-resnet20", "--targets", "mnist1d=0.3", "--parallel", "1"],
+        ),
+        ("grace", ["--methods", "none,topk:ratio=0.01", "--parallel", "1"]),
     ],
 )
 def test_quick_run_writes_a_report_with_verdicts(name, extra, tmp_path):
