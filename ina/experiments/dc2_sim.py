@@ -94,9 +94,9 @@ GOAL_VS_BEST_FIXED = 1 / 1.2  # ... DC2 takes <= 0.83x its time (1.2x faster) ..
 GOAL_CAPTURE = 0.8  # ... and captures >= 80 % of the oracle's gain
 GOAL_VS_DENSE = 1 / 5  # under congestion: DC2 takes <= 0.2x dense's time (5x faster)
 GOAL_ACC_PP = 0.5  # ... accuracy within 0.5 pp (bits/char within 1 %)
+GOAL_BPC_REL = 0.01
 DENSE_SLACK = 1.05  # generated scenarios: where dense is the best fixed level, a law within
 # 1.05x of it (issue 31's third goal)
-GOAL_BPC_REL = 0.01
 
 # The one convention of the report's ratios (issue 29: an "oracle vs best fixed 1.00x" beside
 # a slower oracle, a goal's "0.81x vs best fixed" beside the table's 1.24x).
@@ -653,8 +653,8 @@ def distribution_markdown(table: dict, configs: list[Config], args) -> list[str]
 
 
 def _over_dense(scenarios: dict, spec: str) -> str:
-    """ "K of N (worst R)": of the N scenarios where dense is the best fixed level, the K where
-    ``spec`` takes more than `DENSE_SLACK` times dense's time."""
+    """Of the N scenarios where dense is the best fixed level, the K where ``spec`` takes more
+    than `DENSE_SLACK` times dense's time: "K of N (worst R)"."""
     ratios = [
         e["times"].get(spec, math.nan) / e["times"]["dense"]
         for e in scenarios.values()

@@ -1069,14 +1069,13 @@ class TransportCore:
                 return np.full(rtt.size, self.rto), np.full(rtt.size, srtt)
             s, v = np.array(smoothed), np.array(var)
             out = np.minimum(np.maximum(np.maximum(s + 4 * v, 2 * s), cfg.min_rto), cfg.max_rto)
-            rto_before, srtt_before = self.rto, self._srtt
+            if not every:
+                # result i takes the values after the clean samples up to it: entry
+                # cumsum(clean)[i] of the list that starts with those before the batch
+                last = np.cumsum(clean)
+                out = np.concatenate(([self.rto], out))[last]
+                s = np.concatenate(([self._srtt], s))[last]
             self._srtt, self._rttvar, self.rto = srtt, rttvar, float(out[-1])
-            if every:
-                return out, s
-            # result i: the values after clean sample last[i] (-1: those before the batch)
-            last = np.cumsum(clean)
-            out = np.concatenate(([rto_before], out))[last]
-            s = np.concatenate(([srtt_before], s))[last]
             return out, s
         rto = self.rto
         out, smoothed = [], []
