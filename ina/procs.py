@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> bool:
+    """Have the kernel send this process ``sig`` when its parent dies (Linux's
+    PR_SET_PDEATHSIG), so that a parent killed outright (SIGTERM, SIGKILL: it runs no cleanup)
+    leaves no child running. False if the parent, PID ``parent``, is gone already."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+    return os.getppid() == parent
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:

@@ -13,6 +13,8 @@ checks the cluster against the serial loop); only the wall time differs.
 ``fn`` must be importable by name (a module-level function): processes and cluster workers
 receive it by reference, not by value.
 
+A pool process stops when the sweep's process dies, however it dies (`_die_with_parent`).
+
 With ``desc``, a progress bar (`ina.progress`: runs done out of runs planned, and the time
 left) advances as each run finishes, in whatever order they finish.
 """
@@ -28,6 +30,7 @@ from typing import TypeVar
 
 from ina import progress
 from ina.errors import UsageError
+from ina.procs import die_with_parent
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -77,7 +80,10 @@ def run_sweep(
         return [fn(c) for c in progress.track(configs, desc)]
     with (
         ProcessPoolExecutor(
-            max_workers=min(parallel, len(configs)), mp_context=mp.get_context("spawn")
+            max_workers=min(parallel, len(configs)),
+            mp_context=mp.get_context("spawn"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
         ) as pool,
         progress.bar(len(configs), desc) as bar,
     ):
@@ -86,3 +92,11 @@ def run_sweep(
             f.result()  # the first failure, as it happens
             bar.update(1)
         return [f.result() for f in futures]
+
+
+def _die_with_parent(parent: int) -> None:
+    """A pool process's start: it stops when the sweep's process dies. Killed outright (a
+    job scheduler's SIGTERM, SIGKILL), that process runs no cleanup, and its pool would run
+    on, each process to the end of its run and then waiting for work that never comes."""
+    if not die_with_parent(parent):
+        os._exit(1)

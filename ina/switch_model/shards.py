@@ -33,7 +33,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import multiprocessing as mp
-import os
 import pickle
 import signal
 import socket
@@ -44,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ina.netio import BatchSocket
+from ina.procs import die_with_parent
 from ina.protocol import HEADER_DTYPE, Op
 from ina.switch_model.impair import Impairment
 from ina.switch_model.pipeline import Pipeline
@@ -53,7 +53,6 @@ from ina.switch_model.tables import Tables
 
 MAX_SHARDS = 64
 SO_ATTACH_REUSEPORT_CBPF = 51  # include/uapi/asm-generic/socket.h
-PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 TABLES_BYTES = 8 << 20  # room for the pickled tables (a full worker_table is ~1 MiB)
 
 _OP_OFFSET = HEADER_DTYPE.fields["op"][1]
@@ -298,8 +297,7 @@ def serve_shard(
     server_stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: server_stop.set())
     # A parent killed outright (SIGKILL) must not leave shards serving its port.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent or server_stop.is_set():
+    if not die_with_parent(parent) or server_stop.is_set():
         return
     for i, s in enumerate(socks):
         if i != index:
