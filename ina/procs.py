@@ -17,7 +17,9 @@ def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> bool:
     """Have the kernel send this process ``sig`` when its parent dies (Linux's
     PR_SET_PDEATHSIG), so that a parent killed outright (SIGTERM, SIGKILL: it runs no cleanup)
     leaves no child running. False if the parent, PID ``parent``, is gone already."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is not None:  # (Linux: elsewhere a parent killed outright leaves its children)
+        prctl(PR_SET_PDEATHSIG, int(sig))
     return os.getppid() == parent
 
 
