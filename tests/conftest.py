@@ -61,6 +61,42 @@ def fresh_python(code: str, timeout: float = 60) -> str:
     return proc.stdout
 
 
+def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command name (state, parent, ...); None: gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, theirs, ...), from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(entry)) is not None:
+            parent[int(entry)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, which nothing may reap here, counts as gone)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
 def bmv2_thrift_serving(port: int, timeout: float = 10.0) -> bool:
     """Whether BMv2's Thrift runtime server accepts on ``port`` within ``timeout``.
 

@@ -11,39 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
-
-def children(pid: int) -> dict[int, int]:
-    """Parent of each process, from /proc."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            out[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    parent = children(pid)
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+from conftest import alive, descendants
 
 
 def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tuple[str, str]:

@@ -21,6 +21,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from conftest import wait_for
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ina.control import jobs
@@ -69,13 +70,6 @@ class RawStream:
         self._out.put(None)
         self.call.cancel()
         self.channel.close()
-
-
-def wait_for(condition, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def register_cells(pipeline: Pipeline) -> int:

@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from conftest import alive, descendants, wait_for
 
 from ina.experiments.sweep import run_sweep
 
@@ -52,57 +52,37 @@ def test_a_bad_parallel_count_is_refused():
         run_sweep(simulate, CONFIGS, parallel=0)
 
 
-def _children(pid: int) -> set[int]:
-    """The live processes whose parent is ``pid`` (a zombie counts as gone)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{entry}/stat").read()
-        except OSError:
-            continue  # (gone meanwhile)
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == pid and state != "Z":
-            found.add(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_sweep_killed_outright_leaves_no_process_running():
     """A job scheduler's SIGTERM (or SIGKILL) runs no cleanup in the sweep's process; its
     pool processes, each in a 60 s run, must stop with it all the same."""
     code = "import time; from ina.experiments.sweep import run_sweep; run_sweep(time.sleep, [60] * 2, parallel=2)"
     sweep = subprocess.Popen([sys.executable, "-c", code])
+    pool: set[int] = set()
     try:
-        pool: set[int] = set()
 
         def started() -> bool:
-            pool.update(
-                c for c in _children(sweep.pid)
-                if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()
-            )  # fmt: skip
+            pool.clear()
+            pool.update(p for p in descendants(sweep.pid) if _in_pool(p))
             return len(pool) == 2
 
-        _wait(started, 60, "two pool processes")
+        wait_for(started, 60, "two pool processes")
         sweep.send_signal(signal.SIGTERM)
         assert sweep.wait(10) == -signal.SIGTERM
-        _wait(lambda: not any(_alive(p) for p in pool), 10, f"pool processes {pool} stopped")
+        wait_for(lambda: not any(alive(p) for p in pool), 10, f"pool processes {pool} to stop")
     finally:
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
+        for p in pool:  # (a failed test leaves no 60 s sleeper to the next one)
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _in_pool(pid: int) -> bool:
+    """Whether ``pid`` is a pool process (not the pool's resource tracker)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"spawn_main" in f.read()
+    except OSError:
+        return False
