@@ -303,3 +303,13 @@ def test_ina_against_ring_approaches_the_bandwidth_bound_and_beats_it_when_laten
     assert ring["bytes_sent_per_worker"] == 2 * 7 * chunks(10_000) * FRAME
     with pytest.raises(ValueError, match="power-of-two"):
         allreduce_time(spec(workers=6), 1000, "halving-doubling")
+
+
+def test_the_union_of_the_workers_top_k_grows_with_the_workers_unless_timing_only():
+    """Each worker allreduces its own tensor, so round 2 carries the union of their top-k
+    (about 1 - (1 - d)^N of independent tensors); one representative carries its own."""
+    full = run(spec(workers=4), size=50_000, iters=1, density=0.01)
+    one = run(spec(workers=4, timing_only=True), size=50_000, iters=1, density=0.01)
+    assert full["union_density"] == pytest.approx(1 - 0.99**4, rel=0.05)
+    assert one["union_density"] == pytest.approx(0.01, rel=0.01)
+    assert run(spec(workers=4), size=1_000, iters=1)["union_density"] == 1.0

@@ -197,6 +197,12 @@ def run(
         "iters": iters,
         "timing_only": spec.timing_only,
         "density": density,
+        # the union of the workers' kept positions in the last call, over the tensor: what
+        # round 2 carries. Each worker draws its own tensor, so it grows with the workers as
+        # in training; timing only, it is the representative's own (one worker's top-k)
+        "union_density": (
+            workers[0].last_compressed.support.nnz / size if density < 1 and size else 1.0
+        ),
         "exact": bool(exact),
         "call_seconds": [max(c[i] for c in per_worker) for i in range(iters)],
         # compute and call, from the end of the previous one for the slowest worker
