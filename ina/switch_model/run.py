@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from ina.errors import HelpFormatter, UsageError, run_command
+from ina.errors import INTERRUPTED_EXIT, HelpFormatter, UsageError, run_command
 from ina.p4.entities import POOL_SLOTS
 from ina.protocol import MAX_LANES, P4_LANES, UDP_PORT
 from ina.switch_model.impair import Impairment
@@ -83,6 +83,13 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--lanes {args.lanes}: the switch model runs 1..{MAX_LANES} lanes")
     if not 1 <= args.pool <= MAX_POOL:
         raise UsageError(f"--pool {args.pool}: the pool has 1..{MAX_POOL} slots")
+    if args.pool & (args.pool - 1):
+        raise UsageError(
+            f"--pool {args.pool}: the pool must be a power of two (the P4 program's register "
+            f"arrays are; it has {POOL_SLOTS})"
+        )
+    if not 0 <= args.device_id < 1 << 64:
+        raise UsageError(f"--device-id {args.device_id}: P4Runtime's device id is 0..2^64-1")
     if not 1 <= args.shards <= MAX_SHARDS:
         raise UsageError(f"--shards {args.shards}: run 1..{MAX_SHARDS} shards")
     if not 0 <= args.port < 1 << 16:
@@ -91,6 +98,8 @@ def _check(args: argparse.Namespace) -> None:
         host, sep, port = args.grpc.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise UsageError(f"--grpc {args.grpc!r}: give HOST:PORT (e.g. 127.0.0.1:9559)")
+        if int(port) >= 1 << 16:
+            raise UsageError(f"--grpc {args.grpc!r}: {port} is not a TCP port (0..65535)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -122,7 +131,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         grpc_where = grpc_server.address
 
-    def stop(*_):
+    stopped_by: list[int] = []
+
+    def stop(signum, _frame):
+        stopped_by.append(signum)
         server.stop()
 
     signal.signal(signal.SIGTERM, stop)
@@ -136,6 +148,15 @@ def main(args: argparse.Namespace) -> int:
     server.close()
     # The final counters, for whoever started us without a P4Runtime client.
     print(json.dumps({"counters": pipeline.counters.snapshot()}), flush=True)
+    return _exit_status(stopped_by)
+
+
+def _exit_status(stopped_by: list[int]) -> int:
+    """0 when stopped by SIGTERM (the way `LocalSwitch` and scripts stop a switch); Ctrl-C
+    (SIGINT) ends as in every command: one line, exit status 130."""
+    if signal.SIGINT in stopped_by:
+        print("ina switch: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
     return 0
 
 
@@ -198,8 +219,10 @@ def run_sharded(args: argparse.Namespace, specs: list[JobSpec], impairment: Impa
     for s in socks:
         s.close()  # the shards hold them
     stopping = threading.Event()
+    stopped_by: list[int] = []
 
-    def stop(*_):
+    def stop(signum, _frame):
+        stopped_by.append(signum)
         stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -241,7 +264,7 @@ def run_sharded(args: argparse.Namespace, specs: list[JobSpec], impairment: Impa
             grpc_server.stop(grace=0.5)
     shards = [c.snapshot() for c in state.counters.shards]
     print(json.dumps({"counters": state.counters.snapshot(), "shards": shards}), flush=True)
-    return rc
+    return rc or _exit_status(stopped_by)
 
 
 if __name__ == "__main__":

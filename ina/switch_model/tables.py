@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -242,6 +243,26 @@ def _check_ipv4(text: str, where: str) -> None:
         raise JobsFileError(f"{where}: 'ip' {text!r} is not an IPv4 address (a.b.c.d)") from None
 
 
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+SWITCH_PORTS = 1 << 9  # egress_spec is 9 bits in v1model
+
+
+def _check_address(d: dict, where: str) -> None:
+    """A worker's or a parent's address as the tables hold it: an IPv4 address, a UDP port,
+    a MAC written aa:bb:cc:dd:ee:ff, a switch port that fits v1model's 9 bits."""
+    _check_ipv4(d["ip"], where)
+    if not 0 <= d["udp_port"] < 1 << 16:
+        raise JobsFileError(f"{where}: 'udp_port' {d['udp_port']} is not a UDP port (0..65535)")
+    mac = d.get("mac", WorkerAddress.mac)
+    if not _MAC.fullmatch(mac):
+        raise JobsFileError(f"{where}: 'mac' {mac!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+    if not 0 <= d.get("port", 0) < SWITCH_PORTS:
+        raise JobsFileError(
+            f"{where}: 'port' {d['port']} is not a switch port (0..{SWITCH_PORTS - 1}: "
+            "v1model's egress port is 9 bits)"
+        )
+
+
 def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
     """The jobs of a parsed jobs file; `JobsFileError` says what is wrong and where."""
     shape = '{"jobs": [{job_id, num_workers, pool_base, pool_size, workers: [...]}]}'
@@ -260,9 +281,12 @@ def parse_jobs(data: object, where: str = "jobs file") -> list[JobSpec]:
         at = f"{where}: job {job['job_id']}"
         for k, w in enumerate(job["workers"]):
             _fields(WorkerAddress, w, f"{at}: workers[{k}]", ignore=("job_id",))
-            _check_ipv4(w["ip"], f"{at}: workers[{k}]")
+            _check_address(w, f"{at}: workers[{k}]")
         if job.get("parent") is not None:
             _fields(ParentEntry, job["parent"], f"{at}: parent", ignore=("job_id",))
+            _check_address(job["parent"], f"{at}: parent")
+        if any(s.job_id == job["job_id"] for s in specs):
+            raise JobsFileError(f"{at}: given twice (each job once, with all its workers)")
         try:
             spec = JobSpec.from_json(job)
             spec.entry()  # the job_table entry's checks: worker count, pool, ids
@@ -279,6 +303,8 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
         text = Path(path).read_text()
     except OSError as e:
         raise JobsFileError(f"jobs file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise JobsFileError(f"jobs file {path}: not a text file (JSON in UTF-8)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
