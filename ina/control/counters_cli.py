@@ -127,7 +127,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--watch",
         type=float,
         metavar="SECONDS",
-        help="refresh every SECONDS, with rates per second, until interrupted",
+        help="refresh every SECONDS, with rates per second, until interrupted (Ctrl-C: "
+        "exit status 130, as every command)",
     )
     ap.add_argument(
         "--iterations",
@@ -199,8 +200,6 @@ def main(args: argparse.Namespace | list[str] | None = None) -> int:
             n += 1
             if args.iterations and n >= args.iterations:
                 return 0
-    except KeyboardInterrupt:
-        return 0
     except (P4RuntimeError, KeyError) as e:
         print(f"ina counters: {e}", file=sys.stderr)
         return 2
@@ -209,4 +208,6 @@ def main(args: argparse.Namespace | list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    from ina.errors import run_command
+
+    sys.exit(run_command("ina counters", main))  # Ctrl-C ends --watch: one line, status 130
