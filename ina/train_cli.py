@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from ina.procs import stop_process
 from ina.workload.catalog import COMPRESSIONS, INPUTS, TASKS, Workload, resolve
 
 DENSITY = 0.05  # --density's default, for --compression homomorphic only
+DEFAULT_LAW = "aimd"  # --law's, for --compression dc2 only
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,10 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--eval-every",
         type=int,
-        default=0,
         metavar="STEPS",
-        help="also measure the test metric every STEPS steps (into steps.csv; the time it takes "
-        "is left out of steps.csv's time_s)",
+        help="also measure the test metric every STEPS >= 1 steps (into steps.csv; the time it "
+        "takes is left out of steps.csv's time_s; default: only at the end of each epoch)",
     )
     g.add_argument(
         "--target",
@@ -147,7 +148,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"with --compression homomorphic: fraction of entries sent (default {DENSITY})",
     )
     c.add_argument(
-        "--law", default="aimd", help="dc2: control law (fixed, aimd, target, ownq, cost)"
+        "--law",
+        help=f"dc2: control law (fixed, aimd, target, ownq, cost; default {DEFAULT_LAW})",
     )
     c.add_argument(
         "--law-param",
@@ -291,8 +293,12 @@ def validate(args: argparse.Namespace) -> Workload:
         raise ValueError(f"--lanes {args.lanes}: packets carry 1..{MAX_LANES} lanes")
     if args.pool & (args.pool - 1):
         raise ValueError(f"--pool must be a power of two (slot = seq % pool), got {args.pool}")
-    if args.lr is not None and not args.lr > 0:
-        raise ValueError("--lr must be > 0")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
+    if args.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     if not args.sim and getattr(args, "sim_backend", "fast") != "fast":
         raise ValueError(f"--sim-backend {args.sim_backend} is for --sim (simulated time)")
     if args.max_steps is not None and args.max_steps < 1:
@@ -310,9 +316,15 @@ def validate(args: argparse.Namespace) -> Workload:
         args.density = DENSITY
     if args.compression == "homomorphic" and not 0 < args.density < 1:
         raise ValueError("--density must be in (0, 1) with --compression homomorphic")
+    if args.law is not None and args.compression != "dc2":
+        raise ValueError(
+            f"--law {args.law} is DC2's control law: it needs --compression dc2 (--compression "
+            f"{args.compression} would ignore it)"
+        )
     if args.compression == "dc2":
         from ina.control.dc2.laws import LAWS, make_law
 
+        args.law = args.law or DEFAULT_LAW
         if args.law not in LAWS:
             raise ValueError(f"unknown --law {args.law!r}; known: {sorted(LAWS)}")
         params = law_params(args.law_param)  # ValueError naming --law-param itself
@@ -324,8 +336,11 @@ def validate(args: argparse.Namespace) -> Workload:
         raise ValueError("--law-param needs --compression dc2")
     check_compressor(args)
     check_mergecomp(args)
-    if args.eval_every < 0:
-        raise ValueError("--eval-every must be >= 0")
+    if args.eval_every is not None and args.eval_every < 1:
+        raise ValueError(
+            f"--eval-every must be >= 1, got {args.eval_every} (leave it out for no evaluations "
+            "between epochs)"
+        )
     workload = resolve(args.dataset, args.model)
     from ina.workload.data import check_files
 
@@ -500,7 +515,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         # search MergeComp's partition at start (--sim: in the run; wall clock: the ranks)
         "mergecomp": bool(args.mergecomp),
         "density": args.density,
-        "law": args.law,
+        "law": args.law or DEFAULT_LAW,
         "law_params": law_params(args.law_param),
         "warmup_steps": args.warmup_steps,
         "delay": args.delay,
@@ -513,7 +528,7 @@ def make_config(args: argparse.Namespace, out: Path, ina: dict | None) -> dict:
         "codec": args.codec,
         "coding": args.coding,
         "step_log": args.step_log,
-        "eval_every": args.eval_every,
+        "eval_every": args.eval_every or 0,
         "target": workload_target(args, workload),
         "check_sync": args.check_sync,
         "dump_step": args.dump_step,
