@@ -5,15 +5,46 @@ Each reproduction is a module here with ``NAME`` (the command's name), ``TITLE``
 ``add_arguments(p)`` for its own options and ``run(args) -> Report``. Every model parameter
 (device, links, batch sizes, densities) comes from data sheets and the paper's stated setting
 and is fixed before comparing: nothing is tuned to match a claim.
+
+Every claim gets its verdict from one rule, `verdict`: ina's number against the paper's, like
+for like (the same quantity, in the same setting as far as ina holds it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-VERDICTS = ("reproduced", "direction only", "not reproduced")
+VERDICTS = ("reproduced", "exceeds", "direction only", "not reproduced")
+# ina's number over the paper's: within this band a claim is reproduced (issue 45)
+BAND = (0.8, 1.25)
+# what the `why` of an "exceeds" verdict says, before naming the cost the model misses
+MISSES = "the model misses a cost"
+# a speed-up is "the same direction" as a paper's only when ina's is faster by more than 5 %
+NO_EFFECT = 1.05
+
+
+def verdict(ina: float, paper: float, same_direction: bool) -> str:
+    """The verdict of one claim: ``ina`` and ``paper`` are the same quantity (a speed-up, a
+    scaling factor, 1.0 for "yes" and 0.0 for "no").
+
+    - ``reproduced``: ``ina / paper`` within `BAND`, [0.8, 1.25];
+    - ``exceeds``: above 1.25x the paper's: ina is more optimistic than a measurement, so the
+      model misses a cost, which the claim's ``why`` must name (`MISSES`);
+    - below 0.8x: ``direction only`` when ``same_direction`` (the effect has the paper's
+      sign, e.g. a speed-up above `NO_EFFECT`), else ``not reproduced``;
+    - a number ina could not measure (NaN): ``not reproduced``.
+    """
+    if math.isnan(ina) or math.isnan(paper) or paper <= 0:
+        return "not reproduced"
+    ratio = ina / paper
+    if ratio > BAND[1]:
+        return "exceeds"
+    if ratio >= BAND[0]:
+        return "reproduced"
+    return "direction only" if same_direction else "not reproduced"
 
 
 @dataclass(frozen=True)
@@ -29,6 +60,8 @@ class Claim:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r}; one of {VERDICTS}")
+        if self.verdict == "exceeds" and MISSES not in self.why:
+            raise ValueError(f"an 'exceeds' verdict's why says {MISSES!r} and names the cost")
 
 
 @dataclass
