@@ -32,11 +32,41 @@ def test_ranking_puts_runs_to_target_first_then_by_metric():
     assert [r["method"] for r in grace.ranking(rows, "w")] == ["fast", "slow", "missed"]
 
 
-def test_dc2_verdicts_follow_the_measured_speedup():
-    assert dc2.verdict(40.0, 41.0) == "reproduced"
-    assert dc2.verdict(3.0, 41.0) == "direction only"
-    assert dc2.verdict(1.0, 41.0) == "not reproduced"
-    assert dc2.verdict(math.nan, 5.3) == "not reproduced"
+def test_grace_ranking_claim_follows_the_top_methods_not_tau():
+    """Tau 0.87 with the same top three is not "the ranking changes" (issue 45)."""
+
+    def ranks(a, b):
+        return {"mnist1d": [dict(method=m) for m in a], "pytext": [dict(method=m) for m in b]}
+
+    same_top = ranks(list("abcdef"), list("abcdfe"))
+    assert grace.claims(same_top, [])[0].verdict == "not reproduced"
+    new_best = ranks(list("abcdef"), list("bacdef"))
+    assert grace.claims(new_best, [])[0].verdict == "reproduced"
+
+
+def _tta(scenario, vs_dense, law="ownq"):
+    return dict(
+        workload="mnist1d", scenario=scenario, law=law, dense=1.0, dc2=1.0 / vs_dense,
+        best_fixed="fixed:0.01", t_best=1.0, uniform="fixed:0.01", t_uniform=1.0,
+        worst="fixed:0.01", t_worst=1.0, density=0.1, vs_dense=vs_dense, vs_best=1.0,
+        vs_uniform=1.0, vs_worst=1.0,
+    )  # fmt: skip
+
+
+def test_dc2_claims_report_the_controller_and_a_fixed_density_apart():
+    """The 41x row is DC2's controller to target (its best scenario); a fixed density's
+    per-iteration gain is a row of its own, labelled as not DC2 (issue 45)."""
+    tta = [_tta("low", 0.78), _tta("high", 1.55)]
+    steps = [
+        dict(model="resnet50", rate=1e9, density=d, speedup=x, bound=25.0)
+        for d, x in ((1.0, 1.0), (0.01, 20.64))
+    ]
+    ctl, fixed, uni = dc2.claims(tta, steps)
+    assert "DC2's controller" in ctl.claim and ctl.ina.startswith("1.55x")
+    assert ctl.verdict == "direction only" and "low 0.78x" in ctl.why
+    assert "not DC2" in fixed.claim and fixed.ina.startswith("20.64x")
+    assert fixed.verdict == "direction only"
+    assert uni.verdict == "not reproduced"  # 1.00x: no effect
 
 
 @pytest.mark.slow

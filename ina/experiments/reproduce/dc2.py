@@ -23,14 +23,13 @@ import math
 import time
 from pathlib import Path
 
-from ina.experiments.reproduce import Claim, Report
+from ina.experiments.reproduce import MISSES, NO_EFFECT, Claim, Report, verdict
 
 NAME = "dc2"
 TITLE = "DC2: Delay-aware Compression Control for Distributed Machine Learning (INFOCOM 2021)"
 
 PAPER_VS_DENSE = 41.0  # "up to 41x faster than no compression"
 PAPER_VS_UNIFORM = 5.3  # "5.3x faster than uniform compression"
-NEAR = 0.8  # a measured value within 20 % of the paper's counts as reproduced
 
 QUICK = dict(workloads="mnist1d", levels="0.01", laws="ownq", targets="mnist1d=0.8")
 FULL = dict(
@@ -235,69 +234,101 @@ def _max(rows: list[dict], key: str) -> tuple[float, dict | None]:
     return best[key], best
 
 
-def verdict(measured: float, paper: float) -> str:
-    if math.isnan(measured) or measured <= 1.05:
-        return "not reproduced"
-    return "reproduced" if measured >= NEAR * paper else "direction only"
+def _v(x: float, paper: float) -> str:
+    return verdict(x, paper, not math.isnan(x) and x > NO_EFFECT)
 
 
 def claims(tta: list[dict], steps: list[dict]) -> list[Claim]:
+    """DC2's claims, each against DC2's controller (a law) to target; a fixed density's step
+    gain as a row of its own, labelled so."""
     v_dense, at = _max(tta, "vs_dense")
     s_dense, s_at = _max(steps, "speedup")
     b_max, b_at = _max(steps, "bound")
     dense_best = sorted(
         {f"{r['workload']}/{r['scenario']}" for r in tta if r["best_fixed"] == "dense"}
     )
-    best = max(v_dense, s_dense) if not math.isnan(v_dense) else s_dense
-    where = (
-        f"time to target: {_f(v_dense)} ({at['workload']}, {at['scenario']}, {at['law']})"
-        if at
-        else "time to target: no DC2 run reached the target"
+    each = ", ".join(
+        f"{r['workload']}/{r['scenario']} {_f(r['vs_dense'])} (mean density {r['density']:.3f})"
+        for r in tta
     )
+    v1 = _v(v_dense, PAPER_VS_DENSE)
     why_dense = (
-        f"{where}; per iteration up to {s_dense:.2f}x ({s_at['model']} at "
-        f"{s_at['rate'] / 1e9:g} Gbit/s, density {s_at['density']:g}), against a bound of "
-        f"{b_max:.2f}x ({b_at['model']} at {b_at['rate'] / 1e9:g} Gbit/s): a step is never "
-        "shorter than its compute, so the gain is the dense step over the compute step, and "
-        "only where the network dominates does it approach the bytes ratio (1/density, less "
-        "the extra steps compression costs to converge). 41x needs a network that takes more "
-        f"than 40x the compute and a density of 1/41 or less: the densities run here stop at "
-        f"{min(r['density'] for r in steps):g}"
+        (
+            f"{MISSES}: the extra steps DC2's densities cost to converge are in the runs, so "
+            "what is missing is a cost of the paper's GPUs (codec launches) not modelled; "
+            if v1 == "exceeds"
+            else ""
+        )
         + (
-            f"; to target, dense is the best fixed level in {', '.join(dense_best)}, where "
-            "the step is bound by delay more than by bytes."
+            f"DC2's controller ({at['law']}) to target, per scenario: {each}"
+            if at
+            else "no DC2 run reached the target"
+        )
+        + ". The controller picks lower densities only when the measured delays say the "
+        "network is the bottleneck; in these scenarios compute and delay bound the step"
+        + (
+            f"; dense is the best fixed level in {', '.join(dense_best)}, where the step is "
+            "bound by delay more than by bytes."
             if dense_best
             else "."
         )
     )
+    v2 = _v(s_dense, PAPER_VS_DENSE)
+    why_fixed = (
+        (
+            f"{MISSES}: the extra steps a fixed density costs to converge; "
+            if v2 == "exceeds"
+            else ""
+        )
+        + f"not DC2's controller: one fixed density per run, per iteration only (no steps "
+        f"to target). Up to {s_dense:.2f}x ({s_at['model']} at {s_at['rate'] / 1e9:g} "
+        f"Gbit/s, density {s_at['density']:g}) against a bound of {b_max:.2f}x "
+        f"({b_at['model']} at {b_at['rate'] / 1e9:g} Gbit/s): a step is never shorter than "
+        "its compute. 41x needs a network that takes more than 40x the compute and a "
+        f"density of 1/41 or less: the densities run here stop at "
+        f"{min(r['density'] for r in steps):g}"
+    )
     v_uni, u_at = _max(tta, "vs_uniform")
     v_best = _max(tta, "vs_best")[0]
     v_worst = _max(tta, "vs_worst")[0]
+    v3 = _v(v_uni, PAPER_VS_UNIFORM)
     why_uni = (
+        f"{MISSES}: compute per step (the scenarios' GPU estimate) may be too small; "
+        if v3 == "exceeds"
+        else ""
+    ) + (
         (
-            f"best case {u_at['workload']}/{u_at['scenario']}: DC2 {_s(u_at['dc2'])} vs the "
-            f"uniform level {_lvl(u_at['uniform'])} {_s(u_at['t_uniform'])}; vs the best fixed "
-            f"level per scenario up to {_f(v_best)}; vs the worst uniform level up to "
-            f"{_f(v_worst)}. A uniform level chosen well is near the best fixed level in both "
-            "scenarios (the high scenario's episodes are 25 % of the time), so DC2's room is "
-            "the difference between the states' best levels."
+            f"DC2's controller ({u_at['law']}), best case {u_at['workload']}/"
+            f"{u_at['scenario']}: DC2 {_s(u_at['dc2'])} vs the uniform level "
+            f"{_lvl(u_at['uniform'])} {_s(u_at['t_uniform'])}; vs the best fixed level per "
+            f"scenario up to {_f(v_best)}; vs the worst uniform level up to {_f(v_worst)}. A "
+            "uniform level chosen well is near the best fixed level in both scenarios (the "
+            "high scenario's episodes are 25 % of the time), so DC2's room is the difference "
+            "between the states' best levels."
         )
         if u_at
         else "no DC2 run or no uniform level reached the target"
     )
     return [
         Claim(
-            "up to 41x faster than no compression",
+            "up to 41x faster than no compression (DC2's controller, to target)",
             f"{PAPER_VS_DENSE:g}x",
-            f"{best:.2f}x",
-            verdict(best, PAPER_VS_DENSE),
+            f"{_f(v_dense)}" + (f" ({at['workload']}, {at['scenario']})" if at else ""),
+            v1,
             why_dense,
         ),
         Claim(
-            "5.3x faster than uniform compression",
+            "up to 41x faster than no compression (a fixed density per iteration, not DC2)",
+            f"{PAPER_VS_DENSE:g}x",
+            f"{s_dense:.2f}x (density {s_at['density']:g})",
+            v2,
+            why_fixed,
+        ),
+        Claim(
+            "5.3x faster than uniform compression (DC2's controller, to target)",
             f"{PAPER_VS_UNIFORM:g}x",
             f"{_f(v_uni)} (vs worst uniform level {_f(v_worst)})",
-            verdict(v_uni, PAPER_VS_UNIFORM),
+            v3,
             why_uni,
         ),
     ]

@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from ina.experiments.reproduce import Claim, Report
+from ina.experiments.reproduce import MISSES, NO_EFFECT, Claim, Report, verdict
 
 NAME = "mergecomp"
 TITLE = (
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> Report:
         raise ValueError(f"unknown compressors {unknown}; known: {', '.join(COMPRESSORS)}")
     points = 16 if args.quick else 40
     dev = device(DEVICE)
-    rows, best, scaling = [], (0.0, "", 0.0, 0.0, 0.0), (0.0, "")
-    dense_rows = []
+    rows, best, scaling = [], (0.0, "", 0.0, 0.0, 0.0), (0.0, "", 0.0)
+    dense_rows, dense_sf = [], {}
     for model in MODELS:
         w = zoo.build(model)
         times = layer_times(w, dev, DEFAULT_EFFICIENCY)
@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> Report:
         for link, rate in LINKS.items():
             spec = NetworkSpec(workers=WORKERS, timing_only=True).with_links(rate_bps=rate)
             ring = simulate(shape, spec, 1, CommConfig("ring"))
+            dense_sf[model, link] = ring["scaling_factor"]
             dense_rows.append(
                 f"| {model} | {link} | {alone * 1e3:.1f} | "
                 f"{ring['mean_iteration_s'] * 1e3:.1f} | {ring['scaling_factor']:.1%} |"
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> Report:
                 if x > best[0]:
                     best = (x, f"{c}, {model}, {link}", it_pt - alone, it_mc - alone, alone)
                 if sf > scaling[0]:
-                    scaling = (sf, f"{c}, {model}, {link}")
+                    scaling = (sf, f"{c}, {model}, {link}", dense_sf[model, link])
                 rows.append(
                     f"| {model} | {link} | {c} | {it_pt * 1e3:.1f} | {it_mc * 1e3:.1f} | "
                     f"{len(plan.groups)} | {x:.2f}x | {alone / it_pt:.1%} | {sf:.1%} |"
@@ -189,18 +190,28 @@ def run(args: argparse.Namespace) -> Report:
         ]
     )
 
-    def verdict(x: float, paper: float, floor: float) -> str:
-        if x >= 0.8 * paper:
-            return "reproduced"
-        return "direction only" if x > floor else "not reproduced"
-
+    v_speed = verdict(best[0], PAPER_SPEEDUP, best[0] > NO_EFFECT)
+    # the 99 % rests on a premise: without compression the same job scales poorly. Where
+    # ina's own uncompressed ring already scales as well as the claim, MergeComp's number
+    # is not evidence for it, whatever it is
+    base_sf = max(dense_sf.values())
+    premise = verdict(base_sf, PAPER_SCALING, True) not in ("reproduced", "exceeds")
+    v_scale = verdict(scaling[0], PAPER_SCALING, scaling[0] > scaling[2])
+    if not premise and v_scale in ("reproduced", "exceeds"):
+        v_scale = "not reproduced"
     claims = [
         Claim(
             "up to 3.83x over per-tensor compression",
             f"{PAPER_SPEEDUP}x",
             f"{best[0]:.2f}x ({best[1]})",
-            verdict(best[0], PAPER_SPEEDUP, 1.05),
-            f"at the best point per-tensor adds {best[2] * 1e3:.1f} ms to "
+            v_speed,
+            (
+                f"{MISSES}: the codec's real per-tensor costs are higher than "
+                f"{LAUNCH_S * 1e6:.0f} us launches; "
+                if v_speed == "exceeds"
+                else ""
+            )
+            + f"at the best point per-tensor adds {best[2] * 1e3:.1f} ms to "
             f"{best[4] * 1e3:.1f} ms of compute and optimizer, MergeComp "
             f"{best[3] * 1e3:.1f} ms: with {LAUNCH_S * 1e6:.0f} us launches the per-call "
             "costs are small against the roofline's compute, so merging saves little; "
@@ -209,10 +220,24 @@ def run(args: argparse.Namespace) -> Report:
         Claim(
             "scaling factor up to 99 %",
             f"{PAPER_SCALING:.0%}",
-            f"{scaling[0]:.1%} ({scaling[1]})",
-            verdict(scaling[0], PAPER_SCALING, 0.0),
-            "MergeComp's groups hide communication behind backward; what stays exposed is "
-            "the last group's codec and collective",
+            f"{scaling[0]:.1%} ({scaling[1]}); uncompressed ring {scaling[2]:.1%} there, "
+            f"up to {base_sf:.1%}",
+            v_scale,
+            (
+                f"{MISSES}: per-collective launch and transport costs; "
+                if v_scale == "exceeds"
+                else ""
+            )
+            + (
+                f"the paper's premise does not hold here: ina's uncompressed ring already "
+                f"scales {base_sf:.1%} in this setting (as well as the claim), so "
+                f"MergeComp's {scaling[0]:.1%} shows nothing compression adds. ina's ring "
+                "has no launch, protocol or transport cost (issue 45), which is why "
+                "communication is no bottleneck here"
+                if not premise
+                else "MergeComp's groups hide communication behind backward; what stays "
+                "exposed is the last group's codec and collective"
+            ),
         ),
     ]
     wall = time.perf_counter() - t0
