@@ -48,3 +48,16 @@ def parent_handles_ctrl_c() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def available_memory() -> int | None:
+    """Bytes this host can still give (MemAvailable), or None where /proc says nothing: what
+    a command checks a run's memory against before it starts one that could not finish."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -172,7 +172,10 @@ class ReduceTimeout(TimeoutError):
 
 
 class JoinTimeout(ReduceTimeout):
-    """The run's workers did not all join in time; the message names the missing ones."""
+    """The run's workers did not all join in time; the message names the missing ones.
+    ``switch_silent``: the switch never answered at all (no switch there, or not this job)."""
+
+    switch_silent: bool = False
 
 
 class JoinRejected(ValueError):
@@ -1139,7 +1142,9 @@ class TransportCore:
                 f"the switch at {cfg.switch[0]}:{cfg.switch[1]} never answered (not running? "
                 f"job {cfg.job_id} not installed on it?)"
             )
-        return JoinTimeout(
+        err = JoinTimeout(
             f"{self._where()}: could not join a run of the job within "
             f"{cfg.join_wait:.1f} s ({j.retries} retransmissions); {who}"
         )
+        err.switch_silent = j.bitmap < 0
+        return err

@@ -25,6 +25,7 @@ import numpy as np
 from ina import topology, units
 from ina.host.transport_core import ReduceTimeout
 from ina.p4.entities import POOL_SLOTS
+from ina.procs import available_memory
 from ina.sim import flow
 from ina.sim.backends import build
 from ina.sim.network import PLACEMENTS, NetworkSpec, simulated_workers, workers_for
@@ -310,18 +311,6 @@ def print_result(r: dict) -> None:
 # sums, about 21 bytes per value per worker (RSS measured at 2 and 8 workers, 1e6 and 4e6
 # values), rounded up; timing-only runs hold no values.
 BYTES_PER_VALUE_PER_WORKER = 24
-
-
-def available_memory() -> int | None:
-    """Bytes this host can still give (MemAvailable), or None where /proc says nothing."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def check_memory(size: int, workers: int, timing_only: bool = False, of: int | None = None) -> None:
