@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ina import topology, units
+from ina.errors import output_dir
 from ina.host.transport_core import ReduceTimeout
 from ina.p4.entities import POOL_SLOTS
 from ina.procs import available_memory
@@ -358,6 +359,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
     ):
         raise ValueError("--size must be a whole number >= 1 and --iters >= 1")
     args.size = int(args.size)
+    if args.out is not None:
+        output_dir(args.out)  # before the simulation, not after it
     fabric = topology.load(args.topology) if args.topology else None
     if (args.link or args.rack) and fabric is None:
         raise ValueError("--link and --rack name links of a --topology (e.g. two_level:4x8)")
@@ -374,6 +377,16 @@ def prepare(args: argparse.Namespace) -> Prepared:
     fail = parse_fail(args.fail, workers) if args.fail else None
     stragglers = parse_stragglers(args.stragglers)
     stragglers.factor_matrix(workers, 1, 0)  # a worker out of range: one line now
+    if args.stragglers != "none" and not compute_s:
+        raise ValueError(
+            f"--stragglers {args.stragglers} scales each worker's --compute: give one "
+            "(e.g. --compute 20ms); without it there is nothing to slow down"
+        )
+    if args.placement != "separate" and args.jobs < 2:
+        raise ValueError(
+            f"--placement {args.placement} places the workers of several --jobs: give "
+            "--jobs 2 or more"
+        )
     if args.flow:  # the links' conditions, before timing only's own reasons for them
         flow.check(network_spec(args, 1, args.lanes, args.pool), args.density, fail)
     spec = replace(
