@@ -61,7 +61,20 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         # Parse lazily: load the module's own arguments only for the command being run.
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(sp)
+            _name_the_choices(sp)
     return parser.parse_args(argv)
+
+
+def _name_the_choices(parser: argparse.ArgumentParser) -> None:
+    """``--help`` lists every name a command's positional takes: argparse lists a
+    subcommand only when it has a help line, so a positional whose subcommands have none
+    (``ina reproduce NAME``) says its names in its own help."""
+    for action in parser._actions:  # (argparse keeps a parser's arguments only here)
+        if not action.option_strings and action.choices and action.help is None:
+            names = action.choices.keys() if isinstance(action.choices, dict) else action.choices
+            listed = {getattr(a, "dest", None) for a in getattr(action, "_choices_actions", [])}
+            if not set(names) <= listed:
+                action.help = "one of: " + ", ".join(names)
 
 
 def main(argv: list[str] | None = None) -> int:
