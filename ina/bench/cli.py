@@ -39,11 +39,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark(s); the exit status is the largest integer one returned."""
+    if args.which == "all" and args.rest in (["-h"], ["--help"]):
+        print(
+            f"usage: ina bench all\n\nruns every benchmark ({', '.join(BENCHES)}) with its "
+            "defaults; it takes no options (`ina bench NAME --help` lists a benchmark's)"
+        )
+        return 0
     if args.which == "all" and args.rest:
         raise UsageError("`ina bench all` runs every benchmark with its defaults: no options")
     names = list(BENCHES) if args.which == "all" else [args.which]
     # Parse every benchmark's options before running any: a typo fails at once.
     parsed = [(name, parser_for(name).parse_args(args.rest)) for name in names]
+    for name, options in parsed:  # and check them, where a benchmark can
+        check = getattr(importlib.import_module(BENCHES[name]), "check_options", None)
+        if check is not None:
+            check(options)
     status = 0
     for name, options in parsed:
         print(f"\n## ina bench {name}\n", flush=True)

@@ -12,15 +12,18 @@ vector through the switch ``rounds`` times with the real worker transport. Repor
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import time
 
 import numpy as np
 
+from ina.errors import UsageError
 from ina.host.launch import LocalSwitch, local_jobs
 from ina.host.transport import Transport, WorkerConfig
-from ina.protocol import P4_LANES, Op
+from ina.protocol import MAX_LANES, MAX_WORKERS, P4_LANES, Op
+from ina.switch_model.shards import MAX_SHARDS
 
 
 def cpu_seconds(pid: int) -> float:
@@ -167,7 +170,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """UsageError for options no run can use, before any switch starts."""
+    bad = [w for w in args.workers if not 1 <= w <= MAX_WORKERS]
+    if bad:
+        raise UsageError(f"--workers {bad[0]}: a job has 1..{MAX_WORKERS} workers")
+    bad = [n for n in args.lanes if not 1 <= n <= MAX_LANES]
+    if bad:
+        raise UsageError(f"--lanes {bad[0]}: packets carry 1..{MAX_LANES} lanes")
+    if not (math.isfinite(args.megabytes) and args.megabytes * 1e6 / 8 >= 4):
+        raise UsageError(
+            f"--megabytes {args.megabytes:g}: a size > 0 (at least 0.000032: rows with "
+            "fewer than 256 lanes send an eighth of it, and a tensor needs a 4-byte value)"
+        )
+    if args.rounds < 1:
+        raise UsageError(f"--rounds {args.rounds}: at least one round")
+    bad = [n for n in args.shards if not 1 <= n <= MAX_SHARDS]
+    if bad:
+        raise UsageError(f"--shards {bad[0]}: run 1..{MAX_SHARDS} shards")
+
+
 def main(args: argparse.Namespace) -> list[dict]:
+    check_options(args)
     print(TABLE_HEAD)
     rows = []
     for lanes in args.lanes:
