@@ -1,6 +1,5 @@
-"""`ina sim scenarios generate`: network scenarios drawn at random from documented families
-(issue 31), so that DC2's regret is measured over a distribution of paths, not a dozen
-hand-made ones.
+"""`ina sim scenarios generate`: network scenarios drawn at random from documented families,
+so that DC2's regret is measured over a distribution of paths, not a dozen hand-made ones.
 
 A **family** is a kind of path; each generated scenario draws its parameters from the
 family's stated ranges (`FAMILIES`, listed with ``--help``):
