@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ina import progress
+from ina.errors import output_dir
 from ina.experiments.dc2_common import DC2_TUNED, Config, output_to, parse_configs
 
 # The two presets. Every value can be overridden on the command line.
@@ -613,8 +614,11 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"ina experiment dc2: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.replot and not Path(args.out).is_dir():
+        print(f"ina experiment dc2: --replot redraws the runs in --out {args.out}: no such "
+              "folder", file=sys.stderr)  # fmt: skip
+        return 2
+    out = output_dir(args.out)  # writable, before any run
     t0 = time.monotonic()
     plan = [
         (rep, prof, cfg)
@@ -653,8 +657,8 @@ def main(args: argparse.Namespace) -> int:
         if (where / "summary.json").exists() and (where / "steps.csv").exists():
             runs.append(RunData.load(where, prof, cfg, rep))
     if not runs:
-        print("ina experiment dc2: no finished runs", file=sys.stderr)
-        return 1
+        print(f"ina experiment dc2: no finished runs in {out}", file=sys.stderr)
+        return 2 if args.replot else 1  # (--replot of an empty folder: a wrong --out)
     rows = results(runs, args.target_acc)
     write_results(rows, out / "results.csv")
     write_timeline(runs, out / "timeline.csv")

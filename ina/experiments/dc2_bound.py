@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ina.errors import output_dir
 from ina.experiments.dc2 import (
     GOAL_VS_DENSE,
     GOAL_VS_FIXED,
@@ -244,12 +245,13 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--levels are densities in (0, 1]")
         if 1.0 not in args.level_list:
             raise ValueError("--levels must include 1 (dense): the goals compare with it")
+        if not (math.isfinite(args.link_rate) and args.link_rate > 0):
+            raise ValueError(f"--link-rate must be a rate > 0 (e.g. 100M), got {args.link_rate:g}")
         f, shared = congested_fraction(args.profile, args.workers)
-    except ValueError as e:
+        out = output_dir(args.out)  # writable, before any run
+    except ValueError as e:  # (UsageError too)
         print(f"ina experiment dc2-bound: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
         levels = measure(args, out)
     except RuntimeError as e:

@@ -53,6 +53,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ina.errors import UsageError, output_dir
 from ina.experiments.dc2_common import (
     DC2_DEFAULT,
     GOAL_FIXED_REGRET,
@@ -173,15 +174,16 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the preset; validate (ValueError: a one-line reason)."""
+    """Fill the preset; validate (`UsageError`: a one-line reason, before any run, also when
+    `ina reproduce dc2` calls it)."""
     from ina.sim.scenario import load_scenario, names
 
     preset = LONG if args.long else SHORT
     generated = getattr(args, "generated", None)
     if generated is not None and generated < 1:
-        raise ValueError(f"--generated takes a number of scenarios >= 1, got {generated}")
+        raise UsageError(f"--generated takes a number of scenarios >= 1, got {generated}")
     if generated and args.scenarios:
-        raise ValueError("--generated draws the scenarios: no --scenarios with it")
+        raise UsageError("--generated draws the scenarios: no --scenarios with it")
     if getattr(args, "quick", False):
         args.levels = args.levels or QUICK["levels"]
         args.max_steps = args.max_steps or QUICK["max_steps"]
@@ -190,35 +192,44 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.workload_list = _split(args.workloads)
     for w in args.workload_list:
         if w not in WORKLOADS:
-            raise ValueError(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+            raise UsageError(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
     try:
         levels = sorted({float(x) for x in _split(args.levels)}, reverse=True)
     except ValueError:
-        raise ValueError(f"--levels takes densities, got {args.levels!r}") from None
+        raise UsageError(f"--levels takes densities, got {args.levels!r}") from None
     laws = _split(args.laws)
     unknown = [law for law in laws if law.split(":")[0] not in DC2_DEFAULT]
     if unknown:
-        raise ValueError(f"unknown law(s) {unknown}; known: {', '.join(DC2_DEFAULT)}")
+        raise UsageError(f"unknown law(s) {unknown}; known: {', '.join(DC2_DEFAULT)}")
     args.target_map = {}
     for item in _split(args.targets):
         w, eq, value = item.partition("=")
         try:
             if w not in WORKLOADS or not eq:
-                raise ValueError
+                raise ValueError  # (caught below)
             args.target_map[w] = float(value)
         except ValueError:
-            raise ValueError(f"--targets takes WORKLOAD=VALUE, got {item!r}") from None
+            raise UsageError(f"--targets takes WORKLOAD=VALUE, got {item!r}") from None
     args.config_list = parse_configs(
         ",".join(
             ["dense", *(f"fixed:{d!r}" for d in levels), *(DC2_DEFAULT.get(x, x) for x in laws)]
         )
     )
     if args.seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.parallel < 1:
+        raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
     args.seed_list = list(range(args.seed, args.seed + args.seeds))
     if args.timing_steps < 5:
-        raise ValueError("--timing-steps must be >= 5 (2 warm-up steps are left out)")
+        raise UsageError("--timing-steps must be >= 5 (2 warm-up steps are left out)")
     args.out = args.out or "runs/dc2-sim"
+    for option in ("replot", "resume"):  # they read a finished sweep's folder
+        if getattr(args, option, False) and not Path(args.out).is_dir():
+            raise UsageError(
+                f"--{option} reads the runs of an earlier sweep in --out {args.out}: "
+                "no such folder"
+            )
+    output_dir(args.out)  # writable, before any run
     if generated:  # once every other option is known good
         args.scenarios = ",".join(map(str, generate_scenarios(args)))
     args.scenarios = args.scenarios or preset["scenarios"] or ",".join(names())

@@ -75,7 +75,7 @@ def run_sweep(
                 bar.update(1)
             return client.gather(futures)
     if parallel < 1:
-        raise ValueError(f"--parallel must be >= 1, got {parallel}")
+        raise UsageError(f"--parallel must be >= 1, got {parallel}")
     if parallel == 1 or len(configs) <= 1:
         return [fn(c) for c in progress.track(configs, desc)]
     with (
