@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ina import topology
+from ina.errors import output_dir
 from ina.sim import allreduce as sim_allreduce
 from ina.sim.network import LinkSpec, NetworkSpec, capacity_model
 
@@ -148,7 +149,7 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     tcp_rate = (1 - share) * spec.down.rate_bps
     steady = []
     if tcp_rate > 0:  # (a short run may end before TCP got going)
-        cross = episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}:size={TCP_FRAME}", 1)
+        cross = episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}bit/s:size={TCP_FRAME}", 1)
         down = replace(spec.down, capacity=None, cross=cross)
         steady = [("fast, constant-rate packets", replace(spec, down=down), None)]
     replay = replace(
@@ -248,16 +249,18 @@ def print_table(rows: list[dict]) -> None:
 def main(args: argparse.Namespace) -> int:
     from ina.sim import ns3net
 
-    why = ns3net.unavailable()
-    if why:
-        print(f"ina sim fidelity: the ns-3 backend is unavailable: {why}", file=sys.stderr)
-        return 2
     try:
         if args.size < 1 or args.iters < 1 or args.seeds < 1 or not 0 <= args.loss < 1:
             raise ValueError("--size, --iters and --seeds must be >= 1, --loss in [0, 1)")
         scenarios(args)
-    except ValueError as e:
+        if args.cross_dir:
+            output_dir(args.cross_dir, "--cross-dir")  # before the runs, not after them
+    except ValueError as e:  # (UsageError too)
         print(f"ina sim fidelity: {e}", file=sys.stderr)
+        return 2
+    why = ns3net.unavailable()
+    if why:
+        print(f"ina sim fidelity: the ns-3 backend is unavailable: {why}", file=sys.stderr)
         return 2
     rows = compare(args)
     print_table(rows)
