@@ -226,8 +226,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     for option in ("replot", "resume"):  # they read a finished sweep's folder
         if getattr(args, option, False) and not Path(args.out).is_dir():
             raise UsageError(
-                f"--{option} reads the runs of an earlier sweep in --out {args.out}: "
-                "no such folder"
+                f"--{option} reads the runs of an earlier sweep in --out {args.out}: no such folder"
             )
     output_dir(args.out)  # writable, before any run
     if generated:  # once every other option is known good

@@ -237,6 +237,7 @@ def print_report(reports: list[dict], size: int, counters: dict | None) -> bool:
 
 DEFAULT_WORKERS = 4  # a local switch's job
 
+
 # Memory of one worker process per value of --size: every worker's float32 tensor (each
 # worker draws them all to check the sums exactly), their float64 sum, its own int32
 # encoding, the sums and the error bound; peak RSS measured at 70 bytes with 2 workers and

@@ -149,7 +149,9 @@ def fast_variants(spec: NetworkSpec, ns3_result: dict, traces: dict | None) -> l
     tcp_rate = (1 - share) * spec.down.rate_bps
     steady = []
     if tcp_rate > 0:  # (a short run may end before TCP got going)
-        cross = episodes.replace("episodes", f"episodes:rate={tcp_rate:.6g}bit/s:size={TCP_FRAME}", 1)
+        cross = episodes.replace(
+            "episodes", f"episodes:rate={tcp_rate:.6g}bit/s:size={TCP_FRAME}", 1
+        )
         down = replace(spec.down, capacity=None, cross=cross)
         steady = [("fast, constant-rate packets", replace(spec, down=down), None)]
     replay = replace(
