@@ -31,6 +31,12 @@ def test_the_band_and_its_edges(ina, paper, same, expected):
     assert expected in VERDICTS
 
 
+def test_a_number_that_is_not_like_for_like_is_at_most_direction_only():
+    assert verdict(6.0, 6.33, True, like_for_like=False) == "direction only"
+    assert verdict(20.0, 6.33, True, like_for_like=False) == "direction only"
+    assert verdict(6.0, 6.33, False, like_for_like=False) == "not reproduced"
+
+
 def test_the_band_is_the_issues():
     assert BAND == (0.8, 1.25)
 

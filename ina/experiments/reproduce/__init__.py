@@ -26,7 +26,7 @@ MISSES = "the model misses a cost"
 NO_EFFECT = 1.05
 
 
-def verdict(ina: float, paper: float, same_direction: bool) -> str:
+def verdict(ina: float, paper: float, same_direction: bool, like_for_like: bool = True) -> str:
     """The verdict of one claim: ``ina`` and ``paper`` are the same quantity (a speed-up, a
     scaling factor, 1.0 for "yes" and 0.0 for "no").
 
@@ -35,10 +35,14 @@ def verdict(ina: float, paper: float, same_direction: bool) -> str:
       model misses a cost, which the claim's ``why`` must name (`MISSES`);
     - below 0.8x: ``direction only`` when ``same_direction`` (the effect has the paper's
       sign, e.g. a speed-up above `NO_EFFECT`), else ``not reproduced``;
-    - a number ina could not measure (NaN): ``not reproduced``.
+    - a number ina could not measure (NaN): ``not reproduced``;
+    - not ``like_for_like`` (ina's setting differs in what the number rests on, e.g. an
+      assumed density where the paper measured one): at most ``direction only``.
     """
     if math.isnan(ina) or math.isnan(paper) or paper <= 0:
         return "not reproduced"
+    if not like_for_like:
+        return "direction only" if same_direction else "not reproduced"
     ratio = ina / paper
     if ratio > BAND[1]:
         return "exceeds"

@@ -264,8 +264,6 @@ def claims(tta: list[dict], steps: list[dict]) -> list[Claim]:
             if at
             else "no DC2 run reached the target"
         )
-        + ". The controller picks lower densities only when the measured delays say the "
-        "network is the bottleneck; in these scenarios compute and delay bound the step"
         + (
             f"; dense is the best fixed level in {', '.join(dense_best)}, where the step is "
             "bound by delay more than by bytes."
