@@ -83,7 +83,7 @@ def test_the_shapes_table_is_the_data_sets_own():
         (["--dataset", "imagenet"], "unknown data set 'imagenet'"),
         (["--dataset", "pytext", "--model", "cnn"], "does not fit --dataset pytext"),
         (["--workload", "gpt5"], "not a zoo model"),
-        (["--device", "tpu"], "unknown device 'tpu'; known: v100"),
+        (["--device", "tpu"], "unknown device 'tpu'; known: p100"),
         (["--precision", "fp8"], "unknown precision 'fp8'; known: fp32"),
         (["--device", "v100", "--precision", "bf16"], "v100 has no bf16"),
         (["--batch-size", "0"], "--batch-size must be >= 1"),

@@ -1,4 +1,4 @@
-"""`ina sim {allreduce,validate,compare,train,fidelity,mergecomp,scenarios}`: the virtual-time
+"""`ina sim {allreduce,validate,compare,collectives,published,calibrate,train,fidelity,mergecomp,scenarios}`: the virtual-time
 simulator's commands
 (`ina train --sim` runs training in it)."""
 
@@ -14,6 +14,18 @@ COMMANDS = {
     "allreduce": ("ina.sim.allreduce", "N workers allreduce a tensor in simulated time"),
     "validate": ("ina.sim.validate", "simulated vs measured time on emulated links (a table)"),
     "compare": ("ina.sim.compare", "INA against ring and halving-doubling all-reduce"),
+    "collectives": (
+        "ina.sim.collectives_cli",
+        "NCCL's collectives, INA and SHARP on a cluster, printed as nccl-tests prints them",
+    ),
+    "published": (
+        "ina.sim.published",
+        "ina's predictions against published measurements (nccl-tests, training), with errors",
+    ),
+    "calibrate": (
+        "ina.workload.calibrate",
+        "derive the compute efficiencies from their named measurements",
+    ),
     "train": ("ina.sim.train_steps", "steps of a model's gradients, no training (timing)"),
     "fidelity": ("ina.sim.fidelity", "the fast engine against the ns-3 backend (a table)"),
     "mergecomp": (

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ina import units
 from ina.host.transport_core import WALL_MIN_RTO, WALL_RTO
+from ina.sim import cluster as clusters
 from ina.sim.backends import check
 from ina.sim.engine import ENGINES
 from ina.sim.network import BACKENDS, LinkSpec, NetworkSpec, SwitchSpec, link_spec, parse_link
@@ -90,6 +91,34 @@ def add_network_arguments(p: argparse.ArgumentParser, train: bool = False) -> No
         help="resend a chunk once later chunks' results show it lost, and probe a call's "
         "last window (RACK, RFC 8985), before the timeout",
     )
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """``--system`` (a preset or a cluster file) and its size: shared by every command that
+    runs on a cluster."""
+    g = p.add_argument_group("cluster")
+    g.add_argument(
+        "--system",
+        metavar="PRESET|FILE",
+        help=f"the cluster: {', '.join(clusters.PRESET_NAMES)} or a cluster file (JSON; "
+        "docs/cluster.md); hosts: --workers hosts of one GPU at --link-rate",
+    )
+    g.add_argument("--nodes", type=int, help="nodes of the system (default: 1)")
+    g.add_argument("--gpus", type=int, help="GPUs in all (a multiple of the node's GPUs)")
+
+
+def cluster_of(args: argparse.Namespace, workers: int, link_rate: str, gpu: str):
+    """The cluster the options name (ValueError in one line); None without ``--system``."""
+    if args.system is None:
+        if args.nodes is not None or args.gpus is not None:
+            raise ValueError("--nodes and --gpus size a --system")
+        return None
+    if args.system == "hosts":
+        n = args.gpus or args.nodes or workers
+        if args.nodes is not None and args.gpus is not None and args.nodes != args.gpus:
+            raise ValueError("hosts have one GPU each: --nodes and --gpus must agree")
+        return clusters.hosts(n, units.rate(link_rate, "--link-rate"), gpu)
+    return clusters.load(args.system, args.nodes, args.gpus)
 
 
 def network_spec(

@@ -41,7 +41,15 @@ from ina.workload.compute import CodecModel
 from ina.workload.devices import LayerTimes
 from ina.workload.layers import Workload
 
-ALGORITHMS = ("ina", "ring", "halving-doubling")
+# ina: the switch (hierarchical on nodes of several GPUs); nccl: NCCL's own pick of ring and
+# tree at each bucket's size; ring, tree, hierarchical, sharp: that algorithm
+# (`ina.sim.collectives`); halving-doubling: the idealized packet-level baseline
+ALGORITHMS = ("ina", "nccl", "ring", "tree", "hierarchical", "sharp", "halving-doubling")
+COLLECTIVE_ALGORITHMS = ("nccl", "ring", "tree", "hierarchical", "sharp")
+# What launching one collective costs the communication stream before its first byte: a
+# CUDA kernel launch (about 5 us, a commonly stated figure) that NCCL's latency model
+# leaves out.
+LAUNCH_S = 5e-6
 GRADIENT_BLOCK = 1 << 20  # random values, repeated to a bucket's size
 
 
@@ -106,6 +114,17 @@ def shape_of(w: Workload, times: LayerTimes, bytes_per_value: int) -> StepShape:
         layer_names=tuple(x.name for x in w.layers[::-1]),
         layer_bwd_s=tuple(times.bwd[::-1]),
     )
+
+
+def accumulated(shape: StepShape, k: int) -> StepShape:
+    """The step of ``k`` micro-batches with gradient accumulation: the first ``k - 1`` run
+    forward and backward with no communication (DDP's ``no_sync``), the last as one step, its
+    buckets reduced as its backward goes. Drawn as one long forward on the timeline."""
+    if k < 1:
+        raise ValueError(f"--accumulate must be >= 1, got {k}")
+    if k == 1:
+        return shape
+    return replace(shape, forward_s=shape.forward_s + (k - 1) * shape.compute_s)
 
 
 def mergecomp_groups(
@@ -205,16 +224,33 @@ def _summary(
     return rows
 
 
-def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines):
-    """Ring / halving-doubling: every step waits for the slowest worker's bucket, then takes
-    the baseline's time over the same links (no network state carries between buckets)."""
-    from ina.sim.baselines import allreduce_time
+def collective_seconds(comm: CommConfig, cluster, spec, n: int) -> tuple[float, int]:
+    """(seconds, bytes each GPU sends) of one bucket of ``n`` values reduced without ina's
+    switch: NCCL's model on ``cluster`` (`ina.sim.collectives`) plus a launch, or the
+    idealized halving-doubling over ``spec``'s links."""
+    if comm.algorithm == "halving-doubling":
+        from ina.sim.baselines import allreduce_time
 
-    per_bucket = {}
-    for n in set(shape.buckets):
         # values at the gradients' precision, packed into the same lanes as INA's packets
-        equiv = -(-n * comm.bytes_per_value // 4)
-        per_bucket[n] = allreduce_time(spec, equiv, comm.algorithm)
+        r = allreduce_time(spec, -(-n * comm.bytes_per_value // 4), comm.algorithm)
+        return r["seconds"], r["bytes_sent_per_worker"]
+    from ina.sim import collectives
+
+    nbytes = n * comm.bytes_per_value
+    if comm.algorithm == "nccl":
+        e = collectives.nccl_best(cluster, "all_reduce", nbytes)
+    else:
+        e = collectives.estimate(
+            cluster, "all_reduce", comm.algorithm, nbytes, comm.bytes_per_value
+        )
+    sent = int(nbytes * collectives.bus_factor("all_reduce", cluster.gpus))
+    return e.seconds + LAUNCH_S, sent
+
+
+def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, cluster):
+    """Collectives without ina's switch: every step waits for the slowest worker's bucket,
+    then takes the collective's time (no network state carries between buckets)."""
+    per_bucket = {n: collective_seconds(comm, cluster, spec, n) for n in set(shape.buckets)}
     t, ends, codec_s, sent = 0.0, [], [], 0
     for s in range(steps):
         fmax = float(f[s].max())
@@ -228,11 +264,11 @@ def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timeli
                 tl.add("comm", f"codec b{b}", c, c + extra)
             c += extra
             charged += extra
-            dt = per_bucket[n]["seconds"]
+            dt, bytes_out = per_bucket[n]
             if tl is not None:
                 tl.add("comm", f"{comm.algorithm} b{b} ({n:,} values)", c, c + dt)
             c += dt
-            sent += per_bucket[n]["bytes_sent_per_worker"]
+            sent += bytes_out
         end_c = max(bwd_end, c)
         opt = shape.optimizer_s * fmax
         if tl is not None:
@@ -289,10 +325,26 @@ def straggler_classes(spec, f: np.ndarray) -> bool:
     return spec.timing_only and len(np.unique(f.T, axis=0)) <= MAX_WORKERS
 
 
-def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, seed):
+def _ina_run(
+    shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, seed, cluster=None
+):
     """INA: every worker (timing only: one per class of alike workers, or a representative
     at the slowest factor, `straggler_classes`) runs its step as a program on the simulated
-    network; buckets through the real transport."""
+    network; buckets through the real transport.
+
+    On nodes of G > 1 GPUs (``cluster``) a worker is a node's GPU on one rail: its bucket is
+    reduce-scattered inside the node, its 1/G shard goes through the rail's switch (the
+    simulated network: one worker per node, at the rail's rate), and the sums are
+    all-gathered inside the node. The stages run at once on successive chunks, so the node's
+    stage adds its latency and whatever of its bandwidth time the switch stage does not
+    cover (`ina.sim.collectives.intra_stage`). With one GPU per node this is the flat path."""
+    from ina.sim.collectives import intra_stage
+
+    g = cluster.gpus_per_node if cluster is not None else 1
+    intra = {
+        n: intra_stage(cluster, n * comm.bytes_per_value) if g > 1 else (0.0, 0.0)
+        for n in set(shape.buckets)
+    }
     classes = straggler_classes(spec, f)
     net = build(spec, worker_key=(lambda w: tuple(f[:, w])) if classes else (lambda w: None))
     workers = _ina_workers(net, comm, seed)
@@ -303,7 +355,7 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
     # seconds of the simulator's time, and the values change no time on a dense path.
     block = np.random.default_rng(seed).standard_normal(GRADIENT_BLOCK, dtype=np.float32)
     block *= 1e-2
-    grads = [np.resize(block, n) for n in shape.buckets]
+    grads = [np.resize(block, -(-n // g)) for n in shape.buckets]  # each rail's shard
     nodes = len(net.workers)
     check = SumCheck(nodes)
     per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
@@ -336,6 +388,9 @@ def _ina_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelin
                 yield from worker.allreduce_steps(
                     grads[b], key=b, compressor=comm.compressor is not None
                 )
+                lat, intra_s = intra[n]
+                if lat or intra_s:  # the node's reduce-scatter and all-gather around it
+                    yield Compute(lat + max(intra_s - (net.now - c0), 0.0), "intra-node")
                 if tl is not None:
                     tl.add("comm", f"allreduce b{b} ({n:,} values)", c0, net.now)
                 if checked:
@@ -386,10 +441,13 @@ def simulate(
     factors: np.ndarray | None = None,
     seed: int = 0,
     trace_workers: int = 0,
+    cluster=None,
 ) -> dict:
     """Simulate ``steps`` steps of ``shape`` on ``spec``'s network; ``factors``: the
     ``(steps, workers)`` straggler factors (None: all 1); ``trace_workers``: how many workers'
-    timelines to keep (the Chrome trace)."""
+    timelines to keep (the Chrome trace); ``cluster``: the `ina.sim.cluster.Cluster` the
+    collectives run on (None: ``spec``'s workers as hosts of one GPU, NCCL's model over its
+    link rate). INA's ``spec`` has one worker per node, on one rail."""
     comm = comm or CommConfig()
     codec = codec or CodecModel(scale=0.0)
     f = np.ones((steps, spec.workers)) if factors is None else factors
@@ -399,9 +457,15 @@ def simulate(
     timelines = [Timeline(w) for w in range(min(trace_workers, shown))]
     wall0 = time.perf_counter()
     if comm.algorithm == "ina":
-        ends, codec_s, extra = _ina_run(shape, steps, f, comm, spec, codec, timelines, seed)
+        ends, codec_s, extra = _ina_run(
+            shape, steps, f, comm, spec, codec, timelines, seed, cluster
+        )
     else:
-        ends, codec_s, extra = _ring_run(shape, steps, f, comm, spec, codec, timelines)
+        if cluster is None and comm.algorithm != "halving-doubling":
+            from ina.sim.cluster import hosts
+
+            cluster = hosts(spec.workers, spec.up.rate_bps or 1e12, "h100")
+        ends, codec_s, extra = _ring_run(shape, steps, f, comm, spec, codec, timelines, cluster)
     wall = time.perf_counter() - wall0
     rows = _summary(shape, ends, codec_s, f)
     for row, d in zip(rows, extra.pop("densities"), strict=True):
@@ -411,6 +475,8 @@ def simulate(
     return {
         "network": describe(spec),
         "workers": spec.workers,
+        "gpus": cluster.gpus if cluster is not None else spec.workers,
+        "cluster": cluster.describe() if cluster is not None else None,
         "timing_only": spec.timing_only,
         "algorithm": comm.algorithm,
         "density": comm.density,

@@ -5,7 +5,8 @@ workload alone (`ina.workload`): a zoo model built on the meta device, an import
 or torch.profiler trace, or one of the trainable models (``--dataset``/``--model``):
 
 1. Each layer's forward and backward time: measured where the workload has it, else the
-   device profile's roofline at the precision and efficiency (`ina.workload.devices`);
+   device profile's roofline at the precision, each layer at the calibrated efficiency of its
+   kind on that device (`ina.workload.calibration`) or at one ``--efficiency``;
    ``--compute fixed:TIME`` rescales the layers so that forward + backward take TIME.
 2. The step model (`ina.sim.step`): forward, backward layer by layer, each DDP bucket's
    allreduce starting when its last gradient is ready and overlapping the rest of backward,
@@ -32,13 +33,30 @@ from pathlib import Path
 from ina import topology, units
 from ina.control.dc2.laws import law_params
 from ina.errors import UsageError
-from ina.sim.options import add_network_arguments, network_spec
-from ina.sim.step import ALGORITHMS, CommConfig, mergecomp_groups, shape_of, simulate
+from ina.sim.cluster import hosts
+from ina.sim.options import add_cluster_arguments, add_network_arguments, cluster_of, network_spec
+from ina.sim.step import (
+    ALGORITHMS,
+    CommConfig,
+    accumulated,
+    mergecomp_groups,
+    shape_of,
+    simulate,
+)
 from ina.sim.stragglers import parse_stragglers
 from ina.sim.timeline import draw, write_chrome_trace
+from ina.workload.calibration import calibrated
 from ina.workload.compute import parse_codec
-from ina.workload.devices import DEFAULT_EFFICIENCY, DEVICES, device, gradient_bytes, layer_times
+from ina.workload.devices import (
+    CALIBRATED,
+    DEFAULT_EFFICIENCY,
+    DEVICES,
+    device,
+    gradient_bytes,
+    layer_times,
+)
 from ina.workload.layers import PRECISIONS, Workload
+from ina.workload.memory import OPTIMIZERS, check_fits, footprint, optimizer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,9 +71,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--batch-size", type=int, help="per worker (default: the model's own)")
     w.add_argument("--seq-len", type=int, help="sequence length of a language model")
     w.add_argument("--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)}")
-    w.add_argument("--device", default="h100", help=f"one of {', '.join(DEVICES)}")
     w.add_argument(
-        "--efficiency", type=float, default=DEFAULT_EFFICIENCY, help="share of the peak reached"
+        "--device", help=f"one of {', '.join(DEVICES)} (default: the --system's GPU, or h100)"
+    )
+    w.add_argument(
+        "--optimizer",
+        choices=sorted(OPTIMIZERS),
+        help="default: SGD with momentum for the ImageNet CNNs, AdamW for the rest",
+    )
+    w.add_argument(
+        "--ignore-memory",
+        action="store_true",
+        help="run a step that does not fit in the device's memory",
+    )
+    w.add_argument(
+        "--efficiency",
+        default=CALIBRATED,
+        help="share of the peak reached: calibrated (per kind of layer, from named "
+        f"measurements; {DEFAULT_EFFICIENCY:g} where the device has none) or a number",
     )
     w.add_argument(
         "--compute",
@@ -67,7 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--stragglers", default="none", help="none, slow:W=F, jitter:SIGMA, factors:F,..."
     )
     c = p.add_argument_group("communication")
-    c.add_argument("--algorithm", default="ina", choices=ALGORITHMS)
+    c.add_argument(
+        "--algorithm",
+        default="ina",
+        choices=ALGORITHMS,
+        help="ina: the switch (on nodes of several GPUs: inside the node by NVLink, across "
+        "by the rails' switches); nccl: NCCL's pick of ring and tree per bucket; ring, tree, "
+        "hierarchical, sharp: that one (docs/cluster.md)",
+    )
     c.add_argument("--density", type=float, default=1.0, help="INA: < 1 homomorphic sparse")
     c.add_argument("--compressor", help="INA: a GRACE method (ina/compressors)")
     c.add_argument(
@@ -89,7 +129,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
     c.add_argument("--lanes", type=int, default=256, help="lanes per packet")
     c.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
-    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--workers", type=int, default=8, help="hosts of one GPU (without --system)")
+    add_cluster_arguments(p)
     p.add_argument(
         "--topology",
         metavar="FILE",
@@ -97,6 +138,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "its workers replace --workers",
     )
     p.add_argument("--steps", type=int, default=2, help="training steps")
+    p.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        help="micro-batches of --batch-size per step (gradient accumulation): the gradients "
+        "are reduced once, during the last one's backward",
+    )
     p.add_argument(
         "--timing-only",
         action="store_true",
@@ -152,9 +200,30 @@ def prepare(args: argparse.Namespace):
     """Everything a run needs, checked before anything runs."""
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    if args.accumulate < 1:
+        raise ValueError(f"--accumulate must be >= 1, got {args.accumulate}")
     work = load_workload(args)
+    cluster = cluster_of(args, args.workers, args.link_rate, args.device or "h100")
+    if cluster is not None and args.device and args.device.lower() != cluster.gpu:
+        raise ValueError(
+            f"--device {args.device}: the {cluster.name} system's GPUs are {cluster.gpu}"
+        )
+    if cluster is not None and args.topology:
+        raise ValueError("--topology and --system both describe the network: name one")
+    args.device = cluster.gpu if cluster is not None else (args.device or "h100")
+    system = cluster is not None
     dev = device(args.device)
-    times = layer_times(work, dev, args.efficiency)
+    if not system and not args.topology:  # --workers hosts of one GPU at --link-rate
+        cluster = hosts(args.workers, units.rate(args.link_rate, "--link-rate"), args.device)
+    opt = optimizer(args.optimizer, work)
+    if not args.ignore_memory:
+        check_fits(work, opt, dev.capacity, dev.name)
+    if args.efficiency != CALIBRATED:
+        try:
+            args.efficiency = float(args.efficiency)
+        except ValueError:
+            raise ValueError(f"--efficiency {args.efficiency!r}: calibrated or a number") from None
+    times = layer_times(work, dev, args.efficiency, opt.step_values * 4)
     name, _, rest = args.compute.partition(":")
     if name == "fixed" and rest:
         times = rescale(times, units.seconds(rest, "--compute fixed"))
@@ -169,9 +238,14 @@ def prepare(args: argparse.Namespace):
     stragglers = parse_stragglers(args.stragglers)
     fabric = topology.load(args.topology) if args.topology else None
     workers = len(fabric.workers) if fabric else args.workers
+    rate = None
+    if system:
+        # INA's network: one worker per node, each on one rail at that rail's line rate
+        workers = cluster.nodes
+        rate = f"{cluster.node_net_bw * 8 / cluster.gpus_per_node:.6g}bit/s"
     spec = network_spec(
         args, workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only,
-        topology=fabric,
+        topology=fabric, rate=rate,
     )  # fmt: skip
     bpv = PRECISIONS[work.precision]
     params = law_params(args.law_param)
@@ -202,23 +276,28 @@ def prepare(args: argparse.Namespace):
                 f"unknown compressor {comm.compressor!r}; known: {', '.join(sorted(COMPRESSORS))}"
             )
     factors = stragglers.factor_matrix(workers, args.steps, args.seed)
-    return work, times, codec, spec, comm, factors
+    args.optimizer = opt.name
+    return work, times, codec, spec, comm, factors, cluster
 
 
 def result_of(work: Workload, args, times, r: dict) -> dict:
-    per_worker = work.tokens if work.tokens_per_sample > 1 else work.samples
+    per_worker = (work.tokens if work.tokens_per_sample > 1 else work.samples) * args.accumulate
     unit = "tokens/s" if work.tokens_per_sample > 1 else "samples/s"
     for row in r["steps"]:
-        row["throughput"] = r["workers"] * per_worker / row["iteration_s"]
+        row["throughput"] = r["gpus"] * per_worker / row["iteration_s"]
     return {
         "workload": work.name,
         "source": work.source,
         "parameters": work.params,
         "precision": work.precision,
         "batch_size": work.samples,
+        "accumulate": args.accumulate,
         "tokens_per_sample": work.tokens_per_sample,
         "device": args.device,
         "efficiency": args.efficiency,
+        "calibrated": args.efficiency == CALIBRATED and calibrated(args.device, work.precision),
+        "optimizer": args.optimizer,
+        "memory_per_gpu_bytes": footprint(work, optimizer(args.optimizer, work)).parts(),
         "compute": args.compute,
         "stragglers": args.stragglers,
         "law": args.law,
@@ -230,17 +309,29 @@ def result_of(work: Workload, args, times, r: dict) -> dict:
     }
 
 
+def _efficiency(r: dict) -> str:
+    if r["efficiency"] != CALIBRATED:
+        return f"{r['efficiency']:g} of peak"
+    if r["calibrated"]:
+        return "calibrated efficiencies"
+    return f"{DEFAULT_EFFICIENCY:g} of peak (uncalibrated: no measurement of this device)"
+
+
 def print_result(r: dict) -> None:
     ms = 1e3
     print(f"network: {r['network']}" + (" (timing only)" if r["timing_only"] else ""))
     print(
         f"{r['workload']}: {r['parameters']:,} parameters, batch {r['batch_size']} per worker, "
-        f"{r['precision']} on {r['device']} at {r['efficiency']:g} of peak; "
+        f"{r['precision']} on {r['device']} at {_efficiency(r)}; "
         f"{len(r['buckets'])} bucket{'s' if len(r['buckets']) != 1 else ''}; "
         f"gradients {r['gradient_bytes_per_step'] / 1e6:,.1f} MB at {r['precision']} "
         f"(INA's int32 lanes: {r['ina_lane_bytes_per_step'] / 1e6:,.1f} MB)"
     )
-    print(f"{r['algorithm']} over {r['workers']:,} workers, stragglers {r['stragglers']}")
+    mem = sum(r["memory_per_gpu_bytes"].values())
+    print(f"optimizer {r['optimizer']}; memory per GPU {mem / 1e9:,.1f} GB (estimate)")
+    if r.get("cluster"):
+        print(f"cluster {r['cluster']}")
+    print(f"{r['algorithm']} over {r['gpus']:,} GPUs, stragglers {r['stragglers']}")
     print(
         "step  iteration ms  compute ms  exposed comm ms  codec ms  optimizer ms  density  "
         + r["throughput_unit"]
@@ -262,14 +353,14 @@ def print_result(r: dict) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        work, times, codec, spec, comm, factors = prepare(args)
+        work, times, codec, spec, comm, factors, cluster = prepare(args)
         out = Path(args.out) if args.out else None
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
     except (ValueError, OSError) as e:
         raise UsageError(str(e)) from None
     bpv = PRECISIONS[work.precision]
-    shape = shape_of(work, times, bpv)
+    shape = accumulated(shape_of(work, times, bpv), args.accumulate)
     want_trace = out is not None or args.trace
     r = simulate(
         shape,
@@ -280,6 +371,7 @@ def main(args: argparse.Namespace) -> int:
         factors,
         args.seed,
         trace_workers=1 if want_trace else 0,
+        cluster=cluster,
     )
     result = result_of(work, args, times, r)
     print_result(result)

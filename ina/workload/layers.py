@@ -25,6 +25,32 @@ from dataclasses import dataclass, field
 PRECISIONS = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
+# Kinds of layer, by the kernels they run (`ina.workload.calibration` sets an efficiency for
+# each): convolutions (3x3 stride-1 ones apart: cuDNN runs them by Winograd's algorithm in
+# FP32, `ina.workload.devices.WINOGRAD`), matrix multiplies (linear layers, recurrent
+# cells), attention, normalisations, embeddings (gathers) and the rest (element-wise,
+# pooling, the loss).
+KINDS = ("conv", "conv3x3", "gemm", "attention", "norm", "embedding", "other")
+
+
+def kind_of(module_type: str) -> str:
+    """The kind of a module from its class name (``Conv2d``, ``Linear``, ``LlamaRMSNorm``)."""
+    if module_type == "Conv1D":  # transformers' GPT-2 linear layer, not a convolution
+        return "gemm"
+    t = module_type.lower()
+    if t.startswith("conv"):
+        return "conv"
+    if "attention" in t:
+        return "attention"
+    if "norm" in t:
+        return "norm"
+    if "embedding" in t:
+        return "embedding"
+    if t in ("linear", "lstm", "gru", "rnn", "lstmcell", "grucell", "bilinear"):
+        return "gemm"
+    return "other"
+
+
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
@@ -47,6 +73,7 @@ class Layer:
     bwd_bytes: float = 0.0
     fwd_s: float | None = None
     bwd_s: float | None = None
+    kind: str = "other"  # one of KINDS: which calibrated efficiency its kernels run at
 
     @property
     def params(self) -> int:

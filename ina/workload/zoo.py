@@ -51,7 +51,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy
 from torch.utils.flop_counter import FlopCounterMode
 
 from ina.workload import recsys, vision
-from ina.workload.layers import PRECISIONS, Layer, Workload, check_precision
+from ina.workload.layers import PRECISIONS, Layer, Workload, check_precision, kind_of
 
 META = torch.device("meta")
 ATTENTION = "ina_sdpa_unmasked"  # the attention implementation registered for meta builds
@@ -519,6 +519,7 @@ def _profile(
             bwd_flops=float(b),
             fwd_bytes=float(moved),
             bwd_bytes=float(2 * moved),
+            kind=_kind(m),
         )
 
     rows = [x for m in order if (x := layer(m, paths[m] or root)) is not None]
@@ -535,6 +536,21 @@ def _profile(
     if outside_f or outside_b:
         rows.append(Layer("loss", (), float(outside_f), float(outside_b)))
     return tuple(rows), tuple(notes)
+
+
+def _kind(m: nn.Module) -> str:
+    """The layer's kind (`ina.workload.layers.KINDS`); 3x3 stride-1 dense 2-D convolutions
+    apart, the ones cuDNN can run by Winograd's algorithm."""
+    kind = kind_of(type(m).__name__)
+    if (
+        isinstance(m, nn.Conv2d)
+        and m.kernel_size == (3, 3)
+        and m.stride == (1, 1)
+        and m.groups == 1
+        and m.dilation == (1, 1)
+    ):
+        return "conv3x3"
+    return kind
 
 
 def _backward_by_module(
