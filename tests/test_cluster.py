@@ -310,3 +310,43 @@ def test_published_rows_print_ina_and_the_error(tmp_path):
         assert x["error"] == pytest.approx(x["ina"] / x["published"] - 1)
         assert math.isfinite(x["ina"]) and x["ina"] > 0
     assert "median absolute error" in (tmp_path / "published.md").read_text()
+
+
+# -- compressed baselines and per-tensor collectives -----------------------------------------
+
+
+def test_nccl_carries_each_methods_own_payload():
+    from ina.compressors.nccl_paths import stages
+
+    n = 1 << 20
+    assert stages("none", {}, n) == [("all_reduce", 4 * n)]
+    assert stages("fp16", {}, n) == [("all_reduce", 2 * n)]
+    assert stages("topk", {"ratio": "0.01"}, n) == [("all_gather", math.ceil(n * 0.64 / 8))]
+    assert stages("qsgd", {}, n) == [("all_gather", n + 4)]  # 255 levels in 8 bits
+    assert stages("powersgd", {"rank": "2"}, n) == [("all_reduce", 8 * 1024)] * 2
+    with pytest.raises(ValueError, match="threshold has no fixed payload"):
+        stages("threshold", {}, n)
+
+
+def test_an_all_gathered_payload_grows_with_the_gpus_and_an_all_reduced_one_does_not():
+    from ina.sim.step import CommConfig, collective_seconds
+
+    times = {}
+    for nodes in (2, 16):
+        c = sized("dgx-a100", nodes)
+        for method in ("fp16", "qsgd"):
+            comm = CommConfig("nccl", compressor=method)
+            times[method, nodes] = collective_seconds(comm, c, None, 1 << 24)[0]
+    assert times["qsgd", 16] > 4 * times["qsgd", 2]  # the output is N payloads
+    assert times["fp16", 16] < 1.5 * times["fp16", 2]
+
+
+def test_per_tensor_runs_one_collective_per_gradient(tmp_path):
+    r = ina_in_process(
+        "sim", "train", "--workload", "resnet50", "--system", "pcie-v100", "--precision",
+        "fp32", "--algorithm", "nccl", "--compressor", "topk", "--per-tensor",
+        "--timing-only", "--steps", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "result.json").read_text())
+    assert len(d["buckets"]) == 161 and d["per_tensor"] and d["compressor"] == "topk"

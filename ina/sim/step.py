@@ -154,7 +154,9 @@ def mergecomp_groups(
 @dataclass(frozen=True)
 class CommConfig:
     """How buckets are reduced: ``ina`` (density 1: dense; < 1: homomorphic sparse; or a GRACE
-    ``compressor`` with its arguments), ``ring`` or ``halving-doubling``."""
+    ``compressor`` with its arguments), or one of NCCL's collectives (a ``compressor``'s
+    payloads all-reduced or all-gathered as GRACE's NCCL path sends them,
+    `ina.compressors.nccl_paths`), or ``halving-doubling``."""
 
     algorithm: str = "ina"
     density: float = 1.0
@@ -173,8 +175,13 @@ class CommConfig:
             raise ValueError(f"--density must be in (0, 1], got {self.density:g}")
         if sum(x is not None for x in (self.compressor, self.law)) + (self.density < 1) > 1:
             raise ValueError("choose one of --density, --compressor and --law")
-        if self.algorithm != "ina" and (self.compressor or self.law or self.density < 1):
-            raise ValueError(f"{self.algorithm} sends dense gradients: compression is INA's")
+        if self.algorithm != "ina" and (self.law or self.density < 1):
+            raise ValueError(
+                f"{self.algorithm} sends dense gradients or a --compressor's payloads: "
+                "--density and --law are INA's"
+            )
+        if self.algorithm == "halving-doubling" and self.compressor:
+            raise ValueError("halving-doubling sends dense gradients: compress on nccl or ina")
 
 
 @dataclass
@@ -236,15 +243,31 @@ def collective_seconds(comm: CommConfig, cluster, spec, n: int) -> tuple[float, 
         return r["seconds"], r["bytes_sent_per_worker"]
     from ina.sim import collectives
 
+    if comm.compressor is not None:  # GRACE's NCCL path: the method's own payloads
+        from ina.compressors.nccl_paths import stages
+
+        seconds, sent = 0.0, 0
+        for coll, nbytes in stages(comm.compressor, comm.compressor_args, n):
+            if coll == "all_gather":  # nccl-tests' size: the gathered output
+                e = collectives.nccl_best(cluster, coll, nbytes * cluster.gpus)
+                sent += int(nbytes * cluster.gpus * collectives.bus_factor(coll, cluster.gpus))
+            else:
+                e = _allreduce(comm, cluster, nbytes)
+                sent += int(nbytes * collectives.bus_factor(coll, cluster.gpus))
+            seconds += e.seconds + LAUNCH_S
+        return seconds, sent
     nbytes = n * comm.bytes_per_value
-    if comm.algorithm == "nccl":
-        e = collectives.nccl_best(cluster, "all_reduce", nbytes)
-    else:
-        e = collectives.estimate(
-            cluster, "all_reduce", comm.algorithm, nbytes, comm.bytes_per_value
-        )
+    e = _allreduce(comm, cluster, nbytes)
     sent = int(nbytes * collectives.bus_factor("all_reduce", cluster.gpus))
     return e.seconds + LAUNCH_S, sent
+
+
+def _allreduce(comm: CommConfig, cluster, nbytes: int):
+    from ina.sim import collectives
+
+    if comm.algorithm == "nccl":
+        return collectives.nccl_best(cluster, "all_reduce", nbytes)
+    return collectives.estimate(cluster, "all_reduce", comm.algorithm, nbytes, comm.bytes_per_value)
 
 
 def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, cluster):

@@ -109,7 +109,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "hierarchical, sharp: that one (docs/cluster.md)",
     )
     c.add_argument("--density", type=float, default=1.0, help="INA: < 1 homomorphic sparse")
-    c.add_argument("--compressor", help="INA: a GRACE method (ina/compressors)")
+    c.add_argument(
+        "--compressor",
+        help="a GRACE method (ina/compressors): through the switch with --algorithm ina, or "
+        "its payloads all-gathered or all-reduced by NCCL with the others",
+    )
     c.add_argument(
         "--compressor-arg", action="append", default=[], metavar="KEY=VALUE", help="its arguments"
     )
@@ -125,6 +129,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mergecomp",
         action="store_true",
         help="INA: MergeComp's groups of gradients (searched on this network) instead of DDP's buckets",
+    )
+    c.add_argument(
+        "--per-tensor",
+        action="store_true",
+        help="a collective per gradient tensor (GRACE's and Horovod's per-tensor path), not "
+        "DDP's buckets: each pays its launch, latency and codec call",
     )
     c.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
     c.add_argument("--lanes", type=int, default=256, help="lanes per packet")
@@ -264,6 +274,11 @@ def prepare(args: argparse.Namespace):
         args.algorithm, args.density, args.compressor, compressor_args(args.compressor_arg), bpv,
         args.law, params,
     )  # fmt: skip
+    if args.per_tensor:
+        if args.mergecomp:
+            raise ValueError("--per-tensor and --mergecomp are two ways to group: name one")
+        # GRACE's and Horovod's per-tensor path: a collective (and a codec call) per tensor
+        work = replace(work, buckets=tuple((k,) for k in range(len(work.gradients))))
     if args.mergecomp:
         if args.algorithm != "ina":
             raise ValueError("--mergecomp groups INA's allreduces (--algorithm ina)")
@@ -275,6 +290,10 @@ def prepare(args: argparse.Namespace):
             raise ValueError(
                 f"unknown compressor {comm.compressor!r}; known: {', '.join(sorted(COMPRESSORS))}"
             )
+        if comm.algorithm != "ina":
+            from ina.compressors.nccl_paths import stages
+
+            stages(comm.compressor, comm.compressor_args, 1 << 20)  # a size it can have
     factors = stragglers.factor_matrix(workers, args.steps, args.seed)
     args.optimizer = opt.name
     return work, times, codec, spec, comm, factors, cluster
@@ -302,6 +321,7 @@ def result_of(work: Workload, args, times, r: dict) -> dict:
         "stragglers": args.stragglers,
         "law": args.law,
         "mergecomp": args.mergecomp,
+        "per_tensor": args.per_tensor,
         "throughput_unit": unit,
         "gradient_bytes_per_step": gradient_bytes(work),
         "ina_lane_bytes_per_step": 4 * work.params,
