@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ina import topology, units
 from ina.control.dc2.laws import law_params
-from ina.errors import UsageError
+from ina.errors import UsageError, output_dir
 from ina.sim.cluster import hosts
 from ina.sim.options import add_cluster_arguments, add_network_arguments, cluster_of, network_spec
 from ina.sim.step import (
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a zoo model (ina workloads), an AICB file or a torch.profiler trace "
         "(default: the trainable --dataset/--model)",
     )
-    w.add_argument("--dataset", default="digits", help="trainable workload's data set")
+    w.add_argument("--dataset", help="trainable workload's data set (default: digits)")
     w.add_argument("--model", help="trainable workload's model (default: the data set's own)")
     w.add_argument("--batch-size", type=int, help="per worker (default: the model's own)")
     w.add_argument("--seq-len", type=int, help="sequence length of a language model")
@@ -174,6 +174,10 @@ def load_workload(args: argparse.Namespace) -> Workload:
     if args.workload:
         from ina.workload import imports, zoo
 
+        if args.dataset or args.model:
+            raise ValueError(
+                "--dataset and --model name a trainable workload: with --workload they do nothing"
+            )
         if args.workload in zoo.NAMES:
             return zoo.build(args.workload, args.batch_size, args.precision, args.seq_len)
         if args.workload in imports.EXAMPLES or Path(args.workload).exists():
@@ -186,7 +190,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
     from ina.workload import zoo
     from ina.workload.catalog import resolve
 
-    task = resolve(args.dataset, args.model)
+    task = resolve(args.dataset or "digits", args.model)
     return zoo.trainable(task.dataset, task.model, args.batch_size or 32, args.precision)
 
 
@@ -374,9 +378,9 @@ def print_result(r: dict) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         work, times, codec, spec, comm, factors, cluster = prepare(args)
-        out = Path(args.out) if args.out else None
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
+        out = output_dir(args.out) if args.out else None
+        if args.trace:  # before the simulation, not after it
+            output_dir(Path(args.trace).parent, "--trace")
     except (ValueError, OSError) as e:
         raise UsageError(str(e)) from None
     bpv = PRECISIONS[work.precision]
