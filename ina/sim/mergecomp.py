@@ -224,6 +224,10 @@ def main(args: argparse.Namespace) -> int:
         compute = parse_compute(args.compute)
         if args.iters < 2:
             raise ValueError("--iters must be >= 2 (the first iteration also joins the run)")
+        if args.points < 2:  # the grid always holds 1 and the largest size: fewer is ignored
+            raise ValueError(f"--points must be >= 2 (the cost model's sizes), got {args.points}")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     except ValueError as e:
         print(f"ina sim mergecomp: {e}", file=sys.stderr)
         return 2

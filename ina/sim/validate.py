@@ -48,6 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from ina import progress, units
+from ina.errors import UsageError
+from ina.netem import check_profile
 from ina.protocol import MAX_LANES
 
 SIZE = 250_000
@@ -331,6 +333,19 @@ def main(args: argparse.Namespace) -> int:
         why = str(e) if "--rates" in str(e) else "bad --workers/--rates/--profiles/--what lists"
         print(f"ina sim validate: {why}", file=sys.stderr)
         return 2
+    for profile in profiles:  # before any run: a wall-clock worker would fail on it
+        try:
+            check_profile(profile)
+        except ValueError as e:
+            raise UsageError(f"--profiles: {e}") from None
+    # each measured on the wall clock: a count below these gives a row with nothing timed
+    if args.size < 1:
+        raise UsageError(f"--size must be >= 1 float32 value, got {args.size}")
+    if "allreduce" in what and args.iters < 1:
+        raise UsageError(f"--iters must be >= 1 (the call that joins the run is left out), "
+                         f"got {args.iters}")  # fmt: skip
+    if "train" in what and args.steps < 3:
+        raise UsageError(f"--steps must be >= 3 (2 warm-up steps are left out), got {args.steps}")
     if not 1 <= args.lanes <= MAX_LANES or not 0 < args.busy_limit <= 1:
         print(f"ina sim validate: need 1 <= --lanes <= {MAX_LANES}, 0 < --busy-limit <= 1",
               file=sys.stderr)  # fmt: skip
