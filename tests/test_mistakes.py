@@ -98,6 +98,13 @@ MISTAKES = [
     (["sim", "allreduce", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
     (["sim", "allreduce", "--placement", "shared"],
      "--placement shared places the workers of several --jobs"),
+    # ina sim validate: before any wall-clock worker (a bad profile failed in one; --size 0 hung)
+    (["sim", "validate", "--profiles", "bogus"], "--profiles: unknown link profile 'bogus'"),
+    (["sim", "validate", "--size", "0"], "--size must be >= 1 float32 value, got 0"),
+    (["sim", "validate", "--what", "train", "--steps", "2"], "--steps must be >= 3"),
+    # ina sim mergecomp: --points 0 was ignored (exit 0), --batch-size 0 a traceback
+    (["sim", "mergecomp", "--points", "0"], "--points must be >= 2 (the cost model's sizes), got 0"),
+    (["sim", "mergecomp", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     # ina sim fidelity: --cross-dir before the runs (and before ns-3's availability)
     (["sim", "fidelity", "--cross-dir", "/proc/x"], "--cross-dir /proc/x: cannot write there"),
     # ina experiment: output folders and sweep options before any run
@@ -106,10 +113,25 @@ MISTAKES = [
     (["experiment", "dc2", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
     (["experiment", "dc2-bound", "--link-rate", "0G"], "--link-rate must be a rate > 0"),
     (["experiment", "dc2-bound", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+    (["experiment", "dc2", "--sim", "--cluster", "notaurl"], "--cluster notaurl: not a Dask"),
+    # ina experiment grace --sim: before its codec timings and its plan (--target 5 trained
+    # every run to --max-steps for a target no run reaches)
+    (["experiment", "grace", "--sim", "--parallel", "0"], "--parallel must be >= 1, got 0"),
+    (["experiment", "grace", "--sim", "--target", "5"],
+     "--target for mnist1d: a target accuracy must be in (0, 1], got 5"),
+    (["experiment", "grace", "--sim", "--compute", "bogus"], "--compute 'bogus': use"),
+    (["experiment", "grace", "--sim", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+    (["experiment", "grace", "--sim", "--cluster", "notaurl"], "--cluster notaurl: not a Dask"),
+    (["experiment", "grace", "--sim", "--max-steps", "0"], "--max-steps must be >= 1, got 0"),
     # ina reproduce dc2: the sweep's checks (ina experiment dc2 --sim's) as one line
     (["reproduce", "dc2", "--parallel", "0"], "--parallel must be >= 1, got 0"),
     (["reproduce", "dc2", "--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["reproduce", "dc2", "--targets", "mnist1d=abc"], "--targets takes WORKLOAD=VALUE"),
+    # ina reproduce lhc, mergecomp, grace: before the simulations (--steps 0 ran the default 3)
+    (["reproduce", "lhc", "--steps", "0"], "--steps must be >= 1, got 0"),
+    (["reproduce", "mergecomp", "--compressors", "foo"], "--compressors 'foo': a comma-separated"),
+    (["reproduce", "grace", "--methods", "foo"], "unknown compressor 'foo'"),
+    (["reproduce", "grace", "--parallel", "-1"], "--parallel must be >= 1, got -1"),
     # ina bench switch: before any switch starts (--megabytes -1 printed negative rates)
     (["bench", "switch", "--workers", "0"], "ina bench switch: --workers 0: a job has 1..32"),
     (["bench", "switch", "--lanes", "0"], "ina bench switch: --lanes 0: packets carry 1..4096"),

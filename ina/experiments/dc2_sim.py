@@ -54,6 +54,7 @@ import traceback
 from pathlib import Path
 
 from ina.errors import UsageError, output_dir
+from ina.experiments.sweep import check_sweep_arguments
 from ina.experiments.dc2_common import (
     DC2_DEFAULT,
     GOAL_FIXED_REGRET,
@@ -217,8 +218,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     )
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.parallel < 1:
-        raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
+    check_sweep_arguments(args.parallel, getattr(args, "cluster", None))
     args.seed_list = list(range(args.seed, args.seed + args.seeds))
     if args.timing_steps < 5:
         raise UsageError("--timing-steps must be >= 5 (2 warm-up steps are left out)")

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ina import progress
+from ina.errors import UsageError
 from ina.sim.network import LinkSpec, NetworkSpec, SwitchSpec
 
 # The two network settings of the experiment, in SI units (not a scenario file: explicit).
@@ -372,23 +373,55 @@ def same_steps(a: str, b: str, column: str) -> bool:
     return bool(common) and all(x[k] == y[k] for k in common)
 
 
-def main(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
+def check(args: argparse.Namespace) -> list[Run]:
+    """The runs of the matrix, every option checked before any work (`UsageError`: a
+    one-line reason): the matrix, the methods, the numbers, ``--compute``, the sweep's
+    options and ``--out``, writable. `ina reproduce grace` calls it before its own work."""
     from ina.compressors import make_communicator
-    from ina.experiments.sweep import run_sweep
+    from ina.errors import output_dir
+    from ina.experiments.sweep import check_sweep_arguments
+    from ina.workload.catalog import resolve
+    from ina.workload.compute import parse_compute
 
     try:
         runs = plan(args)
         for r in runs:
             name, pairs = r.name_args
             make_communicator(name, args.workers, 0, args.seed, pairs)
+        for name, value, least in (("--max-steps", args.max_steps, 1),
+                                   ("--eval-every", args.eval_every, 1),
+                                   ("--workers", args.workers, 1),
+                                   ("--batch-size", args.batch_size, 1),
+                                   ("--repeats", args.repeats, 1)):  # fmt: skip
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
+        for w in dict.fromkeys(r.workload for r in runs):
+            target = next(r.target for r in runs if r.workload == w)
+            try:  # a target no run can reach would train every run to --max-steps for nothing
+                resolve(w, MODELS[w]).metric.check_target(target)
+            except ValueError as e:
+                raise ValueError(f"--target for {w}: {e}") from None
+        parse_compute(args.compute)
+        if args.lr is not None and not 0 < args.lr < float("inf"):
+            raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    check_sweep_arguments(args.parallel, args.cluster)
+    output_dir(args.out)
+    return runs
+
+
+def main(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from ina.experiments.sweep import run_sweep
+
+    runs = check(args)
+    try:
         done, reused_stats = load_reuse(args.reuse) if args.reuse else ({}, {})
     except ValueError as e:
-        print(f"ina experiment grace: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     stats: dict[str, dict[str, dict]] = {}
     sizes = {}

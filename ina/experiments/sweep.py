@@ -32,6 +32,9 @@ from ina import progress
 from ina.errors import UsageError
 from ina.procs import die_with_parent
 
+# the schemes of Dask's comms (distributed.comm.registry) a scheduler's address may name
+CLUSTER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+
 C = TypeVar("C")
 R = TypeVar("R")
 
@@ -50,6 +53,28 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_sweep_arguments(parallel: int, cluster: str | None = None) -> None:
+    """`UsageError` for a ``--parallel`` below 1 or a ``--cluster`` that is not a scheduler's
+    address, ``[tcp://]HOST:PORT``: for a command to call before any of its work (the sweep
+    itself checks them only when it starts, after whatever came before it)."""
+    if parallel < 1:
+        raise UsageError(f"--parallel must be >= 1, got {parallel}")
+    if cluster is not None:
+        _check_cluster(cluster)
+
+
+def _check_cluster(cluster: str) -> None:
+    """`UsageError` unless ``cluster`` reads as ``[SCHEME://]HOST:PORT``."""
+    scheme, sep, rest = cluster.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    known = not sep or scheme in CLUSTER_SCHEMES
+    if not (known and host and port.isdigit() and 0 < int(port) < 65536):
+        raise UsageError(
+            f"--cluster {cluster}: not a Dask scheduler's address (tcp://HOST:PORT, as "
+            "`dask scheduler` prints it)"
+        )
+
+
 def run_sweep(
     fn: Callable[[C], R],
     configs: Sequence[C],
@@ -65,6 +90,7 @@ def run_sweep(
         from distributed import Client
         from distributed import as_completed as dask_completed
 
+        _check_cluster(cluster)
         try:
             client = Client(cluster, timeout="20s")
         except OSError as e:
@@ -74,8 +100,7 @@ def run_sweep(
             for _ in dask_completed(futures):
                 bar.update(1)
             return client.gather(futures)
-    if parallel < 1:
-        raise UsageError(f"--parallel must be >= 1, got {parallel}")
+    check_sweep_arguments(parallel)
     if parallel == 1 or len(configs) <= 1:
         return [fn(c) for c in progress.track(configs, desc)]
     with (

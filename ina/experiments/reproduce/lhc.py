@@ -103,17 +103,20 @@ def _agg(spec, density: float, size: int, codec) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> Report:
+    t0 = time.perf_counter()
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models or set(models) - set(MODELS):
+        raise UsageError(f"--models {args.models!r}: a subset of {', '.join(MODELS)}")
+    if args.steps is not None and args.steps < 1:  # (0 is not "the default")
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    steps = args.steps or (1 if args.quick else 3)
+    # imported after the checks: a bad option ends before a second of imports
     from ina.sim.network import NetworkSpec
     from ina.sim.step import CommConfig, shape_of, simulate
     from ina.workload import zoo
     from ina.workload.compute import parse_codec
     from ina.workload.devices import DEFAULT_EFFICIENCY, device, layer_times
 
-    t0 = time.perf_counter()
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models or set(models) - set(MODELS):
-        raise UsageError(f"--models {args.models!r}: a subset of {', '.join(MODELS)}")
-    steps = args.steps or (1 if args.quick else 3)
     size = AGG_VALUES // 4 if args.quick else AGG_VALUES
     # the aggregation part: every worker simulated, each with its own gradients; the step
     # model: one representative (timing only) at the union's density

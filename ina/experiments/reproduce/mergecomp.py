@@ -28,6 +28,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from ina.errors import UsageError
 from ina.experiments.reproduce import MISSES, NO_EFFECT, Claim, Report, verdict
 
 NAME = "mergecomp"
@@ -116,18 +117,22 @@ def cost_table(m: Method, spec, largest: int, points: int):
 
 
 def run(args: argparse.Namespace) -> Report:
+    t0 = time.perf_counter()
+    names = [c.strip() for c in args.compressors.split(",") if c.strip()]
+    unknown = [c for c in names if c not in COMPRESSORS]
+    if unknown or not names:
+        raise UsageError(
+            f"--compressors {args.compressors!r}: a comma-separated subset of "
+            f"{', '.join(COMPRESSORS)}"
+        )
+    points = 16 if args.quick else 40
+    # imported after the checks: a bad option ends before a second of imports
     from ina.sim.network import NetworkSpec
     from ina.sim.step import CommConfig, shape_of, simulate
     from ina.workload import zoo
     from ina.workload.devices import DEFAULT_EFFICIENCY, device, layer_times
     from ina.workload.mergecomp import iteration_end, per_tensor, search
 
-    t0 = time.perf_counter()
-    names = [c.strip() for c in args.compressors.split(",") if c.strip()]
-    unknown = [c for c in names if c not in COMPRESSORS]
-    if unknown:
-        raise ValueError(f"unknown compressors {unknown}; known: {', '.join(COMPRESSORS)}")
-    points = 16 if args.quick else 40
     dev = device(DEVICE)
     rows, best, scaling = [], (0.0, "", 0.0, 0.0, 0.0), (0.0, "", 0.0)
     dense_rows, dense_sf = [], {}
