@@ -236,9 +236,10 @@ def run(args: argparse.Namespace) -> Report:
             + (
                 f"the paper's premise does not hold here: ina's uncompressed ring already "
                 f"scales {base_sf:.1%} in this setting (as well as the claim), so "
-                f"MergeComp's {scaling[0]:.1%} shows nothing compression adds. ina's ring "
-                "has no launch, protocol or transport cost (issue 45), which is why "
-                "communication is no bottleneck here"
+                f"MergeComp's {scaling[0]:.1%} shows nothing compression adds: with "
+                "NCCL's latencies and protocol shares on the server's links "
+                "(docs/cluster.md), one server's ring is no bottleneck for ResNet's "
+                "gradients"
                 if not premise
                 else "MergeComp's groups hide communication behind backward; what stays "
                 "exposed is the last group's codec and collective"
