@@ -86,3 +86,52 @@ def _in_pool(pid: int) -> bool:
             return b"spawn_main" in f.read()
     except OSError:
         return False
+
+
+# a sweep of 60 s runs, more than the pool holds, ended as the `ina` command ends one
+_INTERRUPTIBLE = (
+    "import sys, time\n"
+    "from ina.errors import run_command\n"
+    "from ina.experiments.sweep import run_sweep\n"
+    "sys.exit(run_command('ina sweep', run_sweep, time.sleep, [60] * 6, 2))\n"
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_parallel_sweep_at_once():
+    """SIGINT to the process group, as a terminal's Ctrl-C: the queued runs never start, the
+    running ones stop, one line and exit 130 within seconds (it waited for every run queued,
+    each pool process taking the interrupt as one failed run), no leaked semaphores."""
+    sweep = subprocess.Popen([sys.executable, "-c", _INTERRUPTIBLE], stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)  # fmt: skip
+    pool: set[int] = set()
+    try:
+
+        def started() -> bool:
+            pool.clear()
+            pool.update(p for p in descendants(sweep.pid) if _in_pool(p))
+            return len(pool) == 2
+
+        wait_for(started, 60, "two pool processes")
+        os.killpg(sweep.pid, signal.SIGINT)
+        _, err = sweep.communicate(timeout=15)  # a queued run alone would take 60 s
+        assert sweep.returncode == 130, err[-3000:]
+        assert err.strip() == "ina sweep: interrupted", err[-3000:]  # no traceback, no leak
+        wait_for(lambda: not any(alive(p) for p in pool), 10, f"pool processes {pool} to stop")
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+        for p in pool:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_a_failed_run_stops_the_sweep_at_once():
+    """The first failure is raised as it happens, without waiting for the runs queued."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(TypeError):
+        run_sweep(time.sleep, ["not a number", 60, 60, 60], parallel=2)
+    assert time.monotonic() - t0 < 30  # a queued run alone would take 60 s

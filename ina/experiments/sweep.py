@@ -14,6 +14,9 @@ checks the cluster against the serial loop); only the wall time differs.
 receive it by reference, not by value.
 
 A pool process stops when the sweep's process dies, however it dies (`_die_with_parent`).
+Pool processes ignore SIGINT: Ctrl-C reaches the sweep's process alone, which cancels the
+runs queued and stops the running ones by PID (`_stop_pool`), as it does on the first failed
+run; the command then prints its one line and exits 130.
 
 With ``desc``, a progress bar (`ina.progress`: runs done out of runs planned, and the time
 left) advances as each run finishes, in whatever order they finish.
@@ -24,13 +27,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
 
 from ina import progress
 from ina.errors import UsageError
-from ina.procs import die_with_parent
+from ina.procs import die_with_parent, parent_handles_ctrl_c
 
 # the schemes of Dask's comms (distributed.comm.registry) a scheduler's address may name
 CLUSTER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
@@ -97,26 +101,53 @@ def run_sweep(
             raise UsageError(f"--cluster {cluster}: no Dask scheduler answers ({e})") from None
         with client, progress.bar(len(configs), desc) as bar:
             futures = client.map(fn, configs, pure=False)
-            for _ in dask_completed(futures):
-                bar.update(1)
-            return client.gather(futures)
+            try:
+                for _ in dask_completed(futures):
+                    bar.update(1)
+                return client.gather(futures)
+            except BaseException:  # Ctrl-C or a failed run: the cluster's queue emptied too
+                client.cancel(futures)
+                raise
     check_sweep_arguments(parallel)
     if parallel == 1 or len(configs) <= 1:
         return [fn(c) for c in progress.track(configs, desc)]
-    with (
-        ProcessPoolExecutor(
-            max_workers=min(parallel, len(configs)),
-            mp_context=mp.get_context("spawn"),
-            initializer=_die_with_parent,
-            initargs=(os.getpid(),),
-        ) as pool,
-        progress.bar(len(configs), desc) as bar,
-    ):
-        futures = [pool.submit(fn, c) for c in configs]
-        for f in as_completed(futures):
-            f.result()  # the first failure, as it happens
-            bar.update(1)
-        return [f.result() for f in futures]
+    pool = ProcessPoolExecutor(
+        max_workers=min(parallel, len(configs)),
+        mp_context=mp.get_context("spawn"),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    try:
+        with progress.bar(len(configs), desc) as bar:
+            with parent_handles_ctrl_c():  # the pool's processes start in submit
+                futures = [pool.submit(fn, c) for c in configs]
+            for f in as_completed(futures):
+                f.result()  # the first failure, as it happens
+                bar.update(1)
+            return [f.result() for f in futures]
+    except BaseException:
+        _stop_pool(pool)  # Ctrl-C or a failed run: no queued run starts, none runs on
+        raise
+    finally:
+        pool.shutdown(wait=True)  # (after _stop_pool, at once)
+
+
+def _stop_pool(pool: ProcessPoolExecutor, timeout: float = 10.0) -> None:
+    """Cancel the pool's queued runs and stop its processes by PID (SIGTERM, then SIGKILL
+    after ``timeout`` seconds): leaving a pool's ``with`` block waits for every run queued,
+    which after Ctrl-C was minutes. The pool's own thread then sees its processes gone, fails
+    what was running and closes its queues, so that no semaphore is left to the resource
+    tracker's warning."""
+    processes = list((pool._processes or {}).values())  # (only the pool holds them)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        p.terminate()
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        p.join(max(deadline - time.monotonic(), 0))
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _die_with_parent(parent: int) -> None:
