@@ -219,14 +219,29 @@ def ina_wire_bytes(shard_bytes: float, elem_bytes: int, lanes: int) -> float:
     return values / lanes * (packet_bytes(lanes) + FRAME_OVERHEAD)
 
 
-def _in_network(c: Cluster, nbytes: int, algorithm: str, elem_bytes: int, lanes: int) -> float:
-    """Hierarchical all-reduce whose inter-node stage the rails' switches reduce: each byte
-    of a rail's shard crosses its NIC once each way."""
+def _in_network(
+    c: Cluster, nbytes: int, algorithm: str, elem_bytes: int, lanes: int,
+    collective: str = "all_reduce",
+) -> float:  # fmt: skip
+    """A hierarchical collective whose inter-node stage the rails' switches do. All-reduce:
+    each byte of a rail's shard crosses its NIC once each way. Reduce-scatter: the switch
+    sends each slot's sum to its owner only, but every rank still sends its whole shard up,
+    so the uplink bounds it as a ring's would (no gain in bytes, only hops). All-gather: the
+    switch multicasts each rank's part, but every rank still takes in the others' parts, as
+    in a ring. Inside the node reduce-scatter and all-gather are a ring's."""
     shard = nbytes / c.gpus_per_node
     wire = ina_wire_bytes(shard, elem_bytes, lanes) if algorithm == "ina" else shard
-    if c.nodes == 1:
-        return _pipelined(c, nbytes, 0.0, 0.0)
-    return _pipelined(c, nbytes, HOP_US["net"]["collnet"][2] * 1e-6, wire / rail_bw(c))
+    lat, intra_s = intra_stage(c, nbytes)
+    if collective != "all_reduce":  # the node's half: a ring's (NVLS adds nothing to it)
+        g = c.gpus_per_node
+        hop = HOP_US[_intra_hw(c)]["ring"][2] * 1e-6
+        lat = BASE_US["ring"][2] * 1e-6 + (g - 1) * hop if g > 1 else 0.0
+        intra_s = (g - 1) / g * nbytes / intra_busbw(c) if g > 1 else 0.0
+        if collective == "all_gather":  # what comes down: every other node's part
+            wire *= (c.nodes - 1) / c.nodes
+    inter_lat = HOP_US["net"]["collnet"][2] * 1e-6 if c.nodes > 1 else 0.0
+    inter_s = wire / rail_bw(c) if c.nodes > 1 else 0.0
+    return lat + inter_lat + max(intra_s, inter_s)
 
 
 def _hierarchical(c: Cluster, nbytes: int) -> float:
@@ -246,8 +261,10 @@ def _hierarchical(c: Cluster, nbytes: int) -> float:
 
 def available(c: Cluster, collective: str) -> tuple[str, ...]:
     """The algorithms that run ``collective`` on ``c``."""
-    if collective != "all_reduce":
-        return ("ring",)
+    if collective == "reduce_scatter":
+        return ("ring", "sharp", "ina")
+    if collective == "all_gather":
+        return ("ring", "ina")  # the switch multicasts; SHARP reduces, it does not gather
     out = ["ring", "tree"]
     if c.nvls and c.nodes == 1:
         out.append("nvls")
@@ -283,7 +300,7 @@ def estimate(
     elif algorithm == "hierarchical":
         t, proto = _hierarchical(c, nbytes), "Simple"
     else:
-        t, proto = _in_network(c, nbytes, algorithm, elem_bytes, lanes), "Simple"
+        t, proto = _in_network(c, nbytes, algorithm, elem_bytes, lanes, collective), "Simple"
     return Estimate(collective, algorithm, proto, nbytes, t, c.gpus)
 
 

@@ -165,6 +165,8 @@ class CommConfig:
     bytes_per_value: int = 4  # the gradients' precision (what a ring sends)
     law: str | None = None  # DC2: a control law picks each step's density from the delays
     law_params: dict = field(default_factory=dict)
+    # what reduces each bucket: an all-reduce, or ZeRO's reduce-scatter (`ina.sim.parallel`)
+    collective: str = "all_reduce"
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -243,7 +245,7 @@ def collective_seconds(comm: CommConfig, cluster, spec, n: int) -> tuple[float, 
         return r["seconds"], r["bytes_sent_per_worker"]
     from ina.sim import collectives
 
-    if comm.compressor is not None:  # GRACE's NCCL path: the method's own payloads
+    if comm.compressor is not None and comm.algorithm != "ina":  # GRACE's NCCL path
         from ina.compressors.nccl_paths import stages
 
         seconds, sent = 0.0, 0
@@ -257,17 +259,20 @@ def collective_seconds(comm: CommConfig, cluster, spec, n: int) -> tuple[float, 
             seconds += e.seconds + LAUNCH_S
         return seconds, sent
     nbytes = n * comm.bytes_per_value
-    e = _allreduce(comm, cluster, nbytes)
-    sent = int(nbytes * collectives.bus_factor("all_reduce", cluster.gpus))
+    e = _allreduce(comm, cluster, nbytes, comm.collective)
+    sent = int(nbytes * collectives.bus_factor(comm.collective, cluster.gpus))
     return e.seconds + LAUNCH_S, sent
 
 
-def _allreduce(comm: CommConfig, cluster, nbytes: int):
+def _allreduce(comm: CommConfig, cluster, nbytes: int, collective: str = "all_reduce"):
     from ina.sim import collectives
 
-    if comm.algorithm == "nccl":
-        return collectives.nccl_best(cluster, "all_reduce", nbytes)
-    return collectives.estimate(cluster, "all_reduce", comm.algorithm, nbytes, comm.bytes_per_value)
+    if comm.algorithm == "nccl" or collective not in ("all_reduce", "reduce_scatter"):
+        return collectives.nccl_best(cluster, collective, nbytes)
+    algorithm = comm.algorithm
+    if algorithm not in collectives.available(cluster, collective):
+        algorithm = "ring"  # NCCL has one reduce-scatter
+    return collectives.estimate(cluster, collective, algorithm, nbytes, comm.bytes_per_value)
 
 
 def _ring_run(shape, steps, f, comm: CommConfig, spec, codec: CodecModel, timelines, cluster):
@@ -361,6 +366,7 @@ def _ina_run(
     all-gathered inside the node. The stages run at once on successive chunks, so the node's
     stage adds its latency and whatever of its bandwidth time the switch stage does not
     cover (`ina.sim.collectives.intra_stage`). With one GPU per node this is the flat path."""
+    from ina.host.repeated import Repeated
     from ina.sim.collectives import intra_stage
 
     g = cluster.gpus_per_node if cluster is not None else 1
@@ -376,9 +382,13 @@ def _ina_run(
     # ResNet-50 step of 32 workers holds one copy of its 25 M values, not 32): a block of
     # random values repeated, as drawing 336 M normal values would cost BERT-large's step
     # seconds of the simulator's time, and the values change no time on a dense path.
+    # Timing only and dense, not even that copy: the block stands for each bucket
+    # (`ina.host.repeated`), its packets made as they go out and its sums not kept, so
+    # that memory does not grow with the model (Llama-7B's would be 27 GB; issue 47).
     block = np.random.default_rng(seed).standard_normal(GRADIENT_BLOCK, dtype=np.float32)
     block *= 1e-2
-    grads = [np.resize(block, -(-n // g)) for n in shape.buckets]  # each rail's shard
+    lazy = spec.timing_only and comm.density == 1 and not (comm.compressor or comm.law)
+    grads = [(Repeated if lazy else np.resize)(block, -(-n // g)) for n in shape.buckets]
     nodes = len(net.workers)
     check = SumCheck(nodes)
     per_step: list[list[tuple[float, float, float, float]]] = [[] for _ in range(nodes)]
@@ -408,9 +418,12 @@ def _ina_run(
                     yield Compute(extra, "codec")
                     charged += extra
                 c0 = net.now
-                yield from worker.allreduce_steps(
-                    grads[b], key=b, compressor=comm.compressor is not None
-                )
+                if lazy:
+                    yield from worker.timing_steps(grads[b])
+                else:
+                    yield from worker.allreduce_steps(
+                        grads[b], key=b, compressor=comm.compressor is not None
+                    )
                 lat, intra_s = intra[n]
                 if lat or intra_s:  # the node's reduce-scatter and all-gather around it
                     yield Compute(lat + max(intra_s - (net.now - c0), 0.0), "intra-node")
@@ -479,7 +492,7 @@ def simulate(
     shown = 1 if (spec.timing_only or comm.algorithm != "ina") else spec.workers
     timelines = [Timeline(w) for w in range(min(trace_workers, shown))]
     wall0 = time.perf_counter()
-    if comm.algorithm == "ina":
+    if comm.algorithm == "ina" and comm.collective == "all_reduce":
         ends, codec_s, extra = _ina_run(
             shape, steps, f, comm, spec, codec, timelines, seed, cluster
         )

@@ -148,6 +148,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "its workers replace --workers",
     )
     p.add_argument("--steps", type=int, default=2, help="training steps")
+    par = p.add_argument_group("parallel layout (docs/cluster.md; needs a cluster)")
+    par.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (inside a node)")
+    par.add_argument("--pp", type=int, default=1, help="pipeline stages (1F1B)")
+    par.add_argument("--dp", type=int, help="data-parallel replicas (default: GPUs / (tp x pp))")
+    par.add_argument(
+        "--micro-batches", type=int, default=1, help="of --batch-size each, per step and replica"
+    )
+    par.add_argument("--zero", type=int, default=0, help="ZeRO stage on the data-parallel group")
+    par.add_argument("--recompute", action="store_true", help="activation recomputation")
+    par.add_argument(
+        "--tp-across-nodes", action="store_true", help="allow --tp beyond a node's GPUs"
+    )
     p.add_argument(
         "--accumulate",
         type=int,
@@ -210,6 +222,33 @@ def compressor_args(items: list[str]) -> dict:
     return out
 
 
+def layout_of(args: argparse.Namespace, cluster, work: Workload):
+    """The parallel layout the options name, checked against the cluster and the model."""
+    from ina.sim.parallel import Layout, check
+
+    if args.accumulate > 1 and args.micro_batches > 1:
+        raise ValueError("--accumulate and --micro-batches say the same: name one")
+    trivial = (args.tp, args.pp, args.micro_batches, args.zero, args.recompute) == (
+        1, 1, 1, 0, False,
+    )  # fmt: skip
+    if trivial and args.dp is None:
+        return Layout(dp=cluster.gpus if cluster is not None else args.workers)
+    if cluster is None:
+        raise ValueError("a parallel layout runs on a --system (or --workers hosts)")
+    for name in ("tp", "pp", "micro_batches"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.dp is None and cluster.gpus % (args.tp * args.pp):
+        raise ValueError(
+            f"--tp {args.tp} x --pp {args.pp} = {args.tp * args.pp} does not divide the "
+            f"{cluster.gpus} GPUs of {cluster.name}"
+        )
+    dp = args.dp if args.dp is not None else cluster.gpus // (args.tp * args.pp)
+    layout = Layout(dp, args.tp, args.pp, args.micro_batches, args.zero, args.recompute)
+    check(layout, cluster, work, args.tp_across_nodes)
+    return layout
+
+
 def prepare(args: argparse.Namespace):
     """Everything a run needs, checked before anything runs."""
     if args.steps < 1:
@@ -230,7 +269,8 @@ def prepare(args: argparse.Namespace):
     if not system and not args.topology:  # --workers hosts of one GPU at --link-rate
         cluster = hosts(args.workers, units.rate(args.link_rate, "--link-rate"), args.device)
     opt = optimizer(args.optimizer, work)
-    if not args.ignore_memory:
+    layout = layout_of(args, cluster, work)
+    if not args.ignore_memory and layout.trivial:
         check_fits(work, opt, dev.capacity, dev.name)
     if args.efficiency != CALIBRATED:
         try:
@@ -253,7 +293,22 @@ def prepare(args: argparse.Namespace):
     fabric = topology.load(args.topology) if args.topology else None
     workers = len(fabric.workers) if fabric else args.workers
     rate = None
-    if system:
+    plan = None
+    if not layout.trivial:
+        from ina.sim import parallel
+
+        stage0, stimes, costs = parallel.plan(work, times, cluster, layout)
+        mem = parallel.memory(work, layout, stage0, opt.state_values)
+        if not args.ignore_memory and mem.total > dev.capacity:
+            part, size = max(mem.parts.items(), key=lambda kv: kv[1])
+            raise ValueError(
+                f"the layout does not fit on a {dev.name} ({dev.capacity / 1e9:.0f} GB): a GPU "
+                f"needs {mem.total / 1e9:.1f} GB, the largest part {part} "
+                f"({size / 1e9:.1f} GB); --ignore-memory runs it anyway"
+            )
+        plan = (stage0, stimes, costs, mem)
+        cluster = parallel.group_cluster(cluster, layout)  # the data-parallel collectives'
+    if system or plan:
         # INA's network: one worker per node, each on one rail at that rail's line rate
         workers = cluster.nodes
         rate = f"{cluster.node_net_bw * 8 / cluster.gpus_per_node:.6g}bit/s"
@@ -276,8 +331,10 @@ def prepare(args: argparse.Namespace):
         raise ValueError("--law-param needs --law")
     comm = CommConfig(
         args.algorithm, args.density, args.compressor, compressor_args(args.compressor_arg), bpv,
-        args.law, params,
+        args.law, params, "reduce_scatter" if layout.zero else "all_reduce",
     )  # fmt: skip
+    if layout.zero and (comm.compressor or comm.law or comm.density < 1):
+        raise ValueError("ZeRO's reduce-scatter carries dense gradients: no compression")
     if args.per_tensor:
         if args.mergecomp:
             raise ValueError("--per-tensor and --mergecomp are two ways to group: name one")
@@ -300,6 +357,7 @@ def prepare(args: argparse.Namespace):
             stages(comm.compressor, comm.compressor_args, 1 << 20)  # a size it can have
     factors = stragglers.factor_matrix(workers, args.steps, args.seed)
     args.optimizer = opt.name
+    args.layout, args.plan = layout, plan
     return work, times, codec, spec, comm, factors, cluster
 
 
@@ -333,6 +391,38 @@ def result_of(work: Workload, args, times, r: dict) -> dict:
     }
 
 
+def layout_shape(work: Workload, times, shape, args, dp_cluster, bpv: int):
+    """The step of a parallel layout (`ina.sim.parallel`): the first stage's buckets in its
+    last backward, the whole pipeline before it, ZeRO's gathers after the optimizer."""
+    from ina.sim import parallel
+
+    lay = args.layout
+    stage0, stimes, costs, mem = args.plan
+    s = shape_of(stage0, stimes, bpv)
+    opt_s = times.optimizer * stage0.params / work.params / (lay.dp if lay.zero else 1)
+    zero_s, zero_bytes = parallel.zero_extra_s(
+        dp_cluster, stage0.params * bpv, lay, costs.forward_s, costs.backward_s
+    )
+    s = replace(s, forward_s=costs.pipeline_s - s.backward_s, optimizer_s=opt_s + zero_s)
+    samples = lay.dp * lay.micro_batches * work.samples
+    passes = 4 / 3 if lay.recompute else 1.0  # Megatron counts the recomputed forward
+    return s, {
+        "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "micro_batches": lay.micro_batches,
+                   "zero": lay.zero, "recompute": lay.recompute},
+        "gpus_total": lay.gpus,
+        "bubble": lay.bubble,
+        "pipeline_s": costs.pipeline_s,
+        "tp_comm_s_per_microbatch": costs.tp_comm_s,
+        "pp_comm_s_per_microbatch": costs.pp_comm_s,
+        "zero_gather_exposed_s": zero_s,
+        "zero_gather_bytes_per_gpu": zero_bytes,
+        "memory_per_gpu_bytes": mem.parts,
+        "samples": samples,
+        "tokens_per_step": samples * work.tokens_per_sample,
+        "flops_per_step": work.flops * lay.dp * lay.micro_batches * passes,
+    }  # fmt: skip
+
+
 def _efficiency(r: dict) -> str:
     if r["efficiency"] != CALIBRATED:
         return f"{r['efficiency']:g} of peak"
@@ -355,7 +445,20 @@ def print_result(r: dict) -> None:
     print(f"optimizer {r['optimizer']}; memory per GPU {mem / 1e9:,.1f} GB (estimate)")
     if r.get("cluster"):
         print(f"cluster {r['cluster']}")
-    print(f"{r['algorithm']} over {r['gpus']:,} GPUs, stragglers {r['stragglers']}")
+    if r.get("layout"):
+        lay = r["layout"]
+        print(
+            f"layout dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']} = {r['gpus_total']:,} "
+            f"GPUs, {lay['micro_batches']} micro-batches, ZeRO {lay['zero']}"
+            + (", recompute" if lay["recompute"] else "")
+            + f"; bubble {100 * r['bubble']:.1f} %; TP {r['tp_comm_s_per_microbatch'] * 1e3:.2f}"
+            f" ms and PP {r['pp_comm_s_per_microbatch'] * 1e3:.2f} ms per micro-batch"
+        )
+        print(f"data parallel: {r['algorithm']} over {r['gpus']:,} replicas ({r['cluster']})")
+        tf = r["steps"][-1]["tflops_per_gpu"]
+        print(f"model TFLOP/s per GPU {tf:.1f}")
+    else:
+        print(f"{r['algorithm']} over {r['gpus']:,} GPUs, stragglers {r['stragglers']}")
     print(
         "step  iteration ms  compute ms  exposed comm ms  codec ms  optimizer ms  density  "
         + r["throughput_unit"]
@@ -385,6 +488,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     bpv = PRECISIONS[work.precision]
     shape = accumulated(shape_of(work, times, bpv), args.accumulate)
+    extra = {}
+    if args.plan is not None:
+        shape, extra = layout_shape(work, times, shape, args, cluster, bpv)
     want_trace = out is not None or args.trace
     r = simulate(
         shape,
@@ -398,6 +504,13 @@ def main(args: argparse.Namespace) -> int:
         cluster=cluster,
     )
     result = result_of(work, args, times, r)
+    result.update(extra)
+    if extra:
+        per_step = extra["tokens_per_step"] if work.tokens_per_sample > 1 else extra["samples"]
+        flops = extra["flops_per_step"]
+        for row in result["steps"]:
+            row["throughput"] = per_step / row["iteration_s"]
+            row["tflops_per_gpu"] = flops / row["iteration_s"] / extra["gpus_total"] / 1e12
     print_result(result)
     if out is not None:
         (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -89,7 +89,8 @@ class Workload:
     ``optimizer_s``: measured optimizer seconds where known (None: the device profile's
     memory roofline over the optimizer's bytes); ``source``: where it came from, in words;
     ``buckets``: DDP bucket boundaries taken from a trace (tuples of indices into
-    `gradients`), None to cut them as DDP does."""
+    `gradients`), None to cut them as DDP does; ``hidden`` and ``blocks``: a transformer's
+    hidden size and number of blocks (what tensor and pipeline parallelism need)."""
 
     name: str
     layers: tuple[Layer, ...]
@@ -100,6 +101,8 @@ class Workload:
     source: str = ""
     buckets: tuple[tuple[int, ...], ...] | None = None
     notes: tuple[str, ...] = field(default=())
+    hidden: int = 0  # a transformer's hidden size (0: not a transformer)
+    blocks: int = 0  # its identical blocks (the layers tensor and pipeline parallelism split)
 
     def __post_init__(self) -> None:
         check_precision(self.precision)

@@ -193,6 +193,34 @@ def _llama2_7b() -> nn.Module:
     return tf.LlamaForCausalLM(config)
 
 
+def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int) -> Callable[[], nn.Module]:
+    """A Llama 2 model of the given shape (the model cards' config.json settings)."""
+
+    def make() -> nn.Module:
+        tf = _transformers()
+        config = tf.LlamaConfig(
+            hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+            num_key_value_heads=kv, intermediate_size=ffn, vocab_size=32000,
+            max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            use_cache=False, attn_implementation=ATTENTION,
+        )  # fmt: skip
+        return tf.LlamaForCausalLM(config)
+
+    return make
+
+
+def _gpt3_175b() -> nn.Module:
+    tf = _transformers()
+    # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12,288, 96 heads, a
+    # context of 2,048, GPT-2's vocabulary; dense attention in every layer (the paper
+    # alternates dense and locally banded sparse patterns, which change no parameter)
+    config = tf.GPT2Config(
+        n_embd=12288, n_layer=96, n_head=96, n_positions=2048, use_cache=False,
+        attn_implementation=ATTENTION,
+    )  # fmt: skip
+    return tf.GPT2LMHeadModel(config)
+
+
 def _ptb_large() -> nn.Module:
     return WordLSTM(vocab=10_000, embed=1500, hidden=1500, layers=2)
 
@@ -261,6 +289,18 @@ ENTRIES: dict[str, Entry] = {
               "Llama-2-7b model card (7B); exact count of the published checkpoint",
               1, _llama2_7b, causal_lm_step, "transformers LlamaConfig", 4096, 4096,
               "model.layers"),
+        Entry("llama-13b", "Llama 2 13B, causal LM over 4096 tokens", 13_015_864_320,
+              "Llama-2-13b model card (13B); exact count of the published checkpoint",
+              1, _llama(5120, 40, 40, 40, 13824), causal_lm_step, "transformers LlamaConfig",
+              4096, 4096, "model.layers"),
+        Entry("llama-70b", "Llama 2 70B (grouped-query attention), causal LM over 4096 "
+              "tokens", 68_976_648_192,
+              "Llama-2-70b model card (70B); exact count of the published checkpoint",
+              1, _llama(8192, 80, 64, 8, 28672), causal_lm_step, "transformers LlamaConfig",
+              4096, 4096, "model.layers"),
+        Entry("gpt3-175b", "GPT-3 175B, causal LM over 2048 tokens", 174_604_259_328,
+              "Brown et al. 2020, Table 2.1 (175.0B); exact count of this configuration", 1, _gpt3_175b, causal_lm_step,
+              "transformers GPT2Config", 2048, 2048, GPT2_BLOCKS),
         Entry("ncf", "NeuMF (NCF) on MovieLens-20M, MLPerf's sizes", 31_832_577,
               "He et al. 2017 with MLPerf's ml-20m sizes: derived in ina.workload.recsys",
               65_536, recsys.ncf, ncf_step, "ina.workload.recsys.NeuMF"),
@@ -330,12 +370,15 @@ def measure(
         model = e.make()
     step = functools.partial(e.step, batch=batch, seq_len=length)
     layers, notes = profile(model, step, precision, e.blocks if fold_blocks else None)
+    config = getattr(model, "config", None)
     return Workload(
         name=e.name,
         layers=layers,
         samples=batch,
         precision=precision,
         tokens_per_sample=length or 1,
+        hidden=int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 0),
+        blocks=len(model.get_submodule(e.blocks)) if e.blocks else 0,
         source=f"zoo: {e.definition} (meta device), FLOPs by torch.utils.flop_counter",
         notes=notes,
     )

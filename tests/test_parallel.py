@@ -1,0 +1,124 @@
+"""Parallel layouts (`ina.sim.parallel`): data, tensor and pipeline parallelism, ZeRO, memory
+per GPU, on the cluster model (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ina.sim import cluster as clusters
+from ina.sim import parallel
+from ina.sim.collectives import bus_factor
+from ina.sim.parallel import Layout
+from ina.sim.step import shape_of
+from ina.workload.devices import LayerTimes
+from ina.workload.layers import Layer, Workload
+from tests.conftest import ina_in_process
+
+
+def blocks_model(blocks: int = 8) -> tuple[Workload, LayerTimes]:
+    """A transformer of identical blocks and nothing else: uniform pipeline stages."""
+    layers = tuple(
+        Layer(f"h.{b}.{part}", (1000,), fwd_flops=1.0, bwd_flops=2.0, kind="gemm")
+        for b in range(blocks)
+        for part in ("attn", "mlp")
+    )
+    w = Workload("toy", layers, samples=2, precision="bf16", tokens_per_sample=16, hidden=64,
+                 blocks=blocks)  # fmt: skip
+    n = len(layers)
+    return w, LayerTimes(tuple([1e-3] * n), tuple([2e-3] * n), 1e-4)
+
+
+def test_a_trivial_layout_is_the_ddp_step():
+    w, t = blocks_model()
+    c = clusters.sized(clusters.PRESETS["dgx-a100"], 1)
+    stage0, st, costs = parallel.plan(w, t, c, Layout(dp=8))
+    ddp = shape_of(w, t, 2)
+    mine = shape_of(stage0, st, 2)
+    assert mine.buckets == ddp.buckets and mine.ready_s == pytest.approx(ddp.ready_s)
+    assert costs.pipeline_s - mine.backward_s == pytest.approx(ddp.forward_s)
+    assert Layout(dp=8).trivial and not Layout(dp=4, tp=2).trivial
+
+
+@pytest.mark.parametrize("pp, m", [(2, 1), (4, 8), (8, 32), (4, 4)])
+def test_the_bubble_of_uniform_stages_is_pp_minus_1_over_m_plus_pp_minus_1(pp, m):
+    w, t = blocks_model(8)
+    c = clusters.sized(clusters.PRESETS["dgx-a100"], pp)
+    lay = Layout(dp=8, pp=pp, micro_batches=m)
+    _, _, costs = parallel.plan(w, t, c, lay)
+    stage = costs.forward_s + costs.backward_s
+    assert costs.pipeline_s == pytest.approx((m + pp - 1) * stage)
+    idle = costs.pipeline_s - m * stage
+    assert (
+        idle / costs.pipeline_s
+        == pytest.approx(lay.bubble)
+        == pytest.approx((pp - 1) / (m + pp - 1))
+    )
+
+
+def test_zero_moves_the_all_reduces_bytes_and_stage_3_half_again():
+    n, size = 16, 1e9
+    rs, _ag, ar = (size * bus_factor(k, n) for k in ("reduce_scatter", "all_gather", "all_reduce"))
+    c = clusters.sized(clusters.PRESETS["dgx-a100"], 16)
+    dp = parallel.group_cluster(c, Layout(dp=16, tp=8))
+    for stage, ratio in ((1, 1.0), (2, 1.0), (3, 1.5)):
+        _, gathered = parallel.zero_extra_s(dp, size, Layout(dp=16, tp=8, zero=stage), 1.0, 1.0)
+        assert (rs + gathered) / ar == pytest.approx(ratio)
+
+
+def test_tensor_parallel_groups_stay_in_a_node_and_data_parallel_ones_take_a_rail():
+    c = clusters.sized(clusters.PRESETS["dgx-h100"], 16)
+    g = parallel.group_cluster(c, Layout(dp=16, tp=8))
+    assert (g.nodes, g.gpus_per_node, g.nic_bw) == (16, 1, c.nic_bw)
+    g2 = parallel.group_cluster(c, Layout(dp=64, tp=2))
+    assert (g2.nodes, g2.gpus_per_node) == (16, 4)
+    assert parallel.tp_cluster(c, 8).nodes == 1
+
+
+def test_stages_split_blocks_evenly_with_the_ends_on_the_first_and_last():
+    layers = (Layer("embed"), *(Layer(f"h.{b}.mlp", (1,)) for b in range(5)), Layer("head"))
+    w = Workload("t", layers, 1, blocks=5, hidden=8)
+    assert parallel.stages(w, 2) == [[0, 1, 2, 3], [4, 5, 6]]
+
+
+def test_memory_of_llama_70b_fits_only_sharded(tmp_path):
+    args = ("sim", "train", "--workload", "llama-70b", "--system", "dgx-h100", "--nodes", "16",
+            "--timing-only", "--steps", "1", "--algorithm", "nccl")  # fmt: skip
+    r = ina_in_process(*args)
+    assert r.returncode == 2 and "does not fit" in r.stderr
+    r = ina_in_process(*args, "--tp", "8", "--pp", "4", "--micro-batches", "8", "--zero", "1",
+                       "--recompute", "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "result.json").read_text())
+    assert d["layout"] == {"dp": 4, "tp": 8, "pp": 4, "micro_batches": 8, "zero": 1,
+                           "recompute": True}  # fmt: skip
+    assert d["bubble"] == pytest.approx(3 / 11)
+    assert sum(d["memory_per_gpu_bytes"].values()) < 80e9
+    assert d["steps"][0]["tflops_per_gpu"] > 0 and d["tokens_per_step"] == 4 * 8 * 4096
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--tp", "8", "--pp", "3"], "= 24 does not divide the 16 GPUs of dgx-a100"),
+        (["--tp", "8", "--dp", "4"], "= 32 GPUs, but dgx-a100 has 16"),
+        (["--tp", "16"], "more than a node's 8 GPUs"),
+        (["--tp", "3", "--dp", "1", "--pp", "1"], "= 3 GPUs"),
+        (["--zero", "4", "--tp", "8"], "--zero takes 0, 1, 2 or 3"),
+        (["--pp", "2", "--zero", "2"], "use 0 or 1"),
+        (["--micro-batches", "0", "--tp", "2"], "--micro-batches must be >= 1"),
+        (["--tp", "2", "--micro-batches", "2", "--accumulate", "2"], "name one"),
+    ],
+)
+def test_bad_layouts_are_one_line(args, says):
+    r = ina_in_process("sim", "train", "--workload", "gpt2", "--system", "dgx-a100", "--nodes",
+                       "2", "--timing-only", "--steps", "1", *args)  # fmt: skip
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+
+
+def test_a_cnn_has_no_blocks_to_split():
+    r = ina_in_process("sim", "train", "--workload", "resnet50", "--system", "dgx-a100",
+                       "--tp", "2", "--timing-only", "--steps", "1")  # fmt: skip
+    assert r.returncode == 2 and "not a transformer" in r.stderr
