@@ -122,3 +122,22 @@ def test_a_cnn_has_no_blocks_to_split():
     r = ina_in_process("sim", "train", "--workload", "resnet50", "--system", "dgx-a100",
                        "--tp", "2", "--timing-only", "--steps", "1")  # fmt: skip
     assert r.returncode == 2 and "not a transformer" in r.stderr
+
+
+def test_a_published_llm_row_runs_its_layout(tmp_path):
+    r = ina_in_process("sim", "published", "--set", "llm", "--only", "meg-39b", "--out",
+                       str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads((tmp_path / "published-llm.json").read_text())
+    assert row["kind"] == "tflops" and 50 < row["ina"] < 312  # below the A100's fp16 peak
+
+
+def test_a_gpt_of_a_stated_shape_counts_its_parameters():
+    from ina.workload import zoo
+
+    w = zoo.build("gpt:2:64:4:128:1000", 1, "bf16")
+    # GPT-2 blocks: 12 h^2 + 13 h per block, embeddings (V + S) h, the final norm 2 h
+    assert w.params == 2 * (12 * 64 * 64 + 13 * 64) + (1000 + 128) * 64 + 2 * 64
+    assert (w.hidden, w.blocks, w.tokens_per_sample) == (64, 2, 128)
+    with pytest.raises(ValueError, match="HIDDEN a multiple of HEADS"):
+        zoo.build("gpt:2:65:4")

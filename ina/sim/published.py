@@ -173,6 +173,36 @@ POINTS = (
 )  # fmt: skip
 
 
+MEG = "Narayanan et al., SC'21, Table 1 (Selene: DGX A100 80GB, 8 x HDR 200G per node)"
+MCORE = "NVIDIA/Megatron-LM README, images/model_table.png (H100, sequence 4096)"
+LLM = "ina sim train --timing-only --steps 1 --algorithm nccl --precision fp16 --recompute "
+# Published LLM training runs (issue 46): model TFLOP/s per GPU, Megatron's count (the
+# recomputed forward included). Micro-batches of one sequence (not stated in the tables).
+LLM_POINTS = (
+    Point("meg-1.7b", "tflops", "GPT 1.7B (24 x 2304), 32 A100s, dp 32, batch 512", 137, MEG,
+          LLM + "--workload gpt:24:2304:24 --system dgx-a100 --nodes 4 --micro-batches 16",
+          "micro-batch 1 assumed"),
+    Point("meg-7.5b", "tflops", "GPT 7.5B (36 x 4096), 128 A100s, tp 4, dp 32, batch 512", 142,
+          MEG, LLM + "--workload gpt:36:4096:32 --system dgx-a100 --nodes 16 --tp 4 "
+          "--micro-batches 16", "micro-batch 1 assumed"),
+    Point("meg-39b", "tflops", "GPT 39.1B (48 x 8192), 512 A100s, tp 8, pp 2, dp 32, batch "
+          "1536", 138, MEG, LLM + "--workload gpt:48:8192:64 --system dgx-a100 --nodes 64 "
+          "--tp 8 --pp 2 --micro-batches 48", "micro-batch 1 assumed"),
+    Point("meg-146b", "tflops", "GPT 145.6B (80 x 12288), 1,536 A100s, tp 8, pp 8, dp 24, "
+          "batch 2304", 148, MEG, LLM + "--workload gpt:80:12288:96 --system dgx-a100 "
+          "--nodes 192 --tp 8 --pp 8 --micro-batches 96", "micro-batch 1 assumed"),
+    Point("mcore-7b", "tflops", "GPT 7.1B (30 x 4096), 96 H100s, tp 2, dp 48, batch 192", 465.9,
+          MCORE, LLM.replace("fp16", "bf16") + "--workload gpt:30:4096:32:4096:131072 "
+          "--system dgx-h100 --nodes 12 --tp 2 --micro-batches 4",
+          "micro-batch 1 assumed; H100 uncalibrated"),
+    Point("mcore-70b", "tflops", "GPT 70B (84 x 8192), 768 H100s, tp 8, pp 2, dp 48, batch 384",
+          419.7, MCORE, LLM.replace("fp16", "bf16") + "--workload gpt:84:8192:64:4096:131072 "
+          "--system dgx-h100 --nodes 96 --tp 8 --pp 2 --micro-batches 8",
+          "micro-batch 1 assumed; H100 uncalibrated"),
+)  # fmt: skip
+SETS = {"training": POINTS, "llm": LLM_POINTS}
+
+
 def _files(folder: Path) -> dict[str, str]:
     paths = {}
     for name, data in CLUSTER_FILES.items():
@@ -213,11 +243,16 @@ def predict(point: Point, files: dict[str, str], work: Path) -> float:
     step = r["steps"][-1]
     if point.kind == "throughput":
         return step["throughput"] / point.per
+    if point.kind == "tflops":
+        return step["tflops_per_gpu"]
     # scaling: N GPUs' throughput over N times one GPU's (the step model's scaling factor)
     return 100 * r["scaling_factor"]
 
 
-UNITS = {"busbw": "GB/s", "algbw": "GB/s", "throughput": "/s", "scaling": "%", "speedup": "x"}
+UNITS = {
+    "busbw": "GB/s", "algbw": "GB/s", "throughput": "/s", "scaling": "%", "speedup": "x",
+    "tflops": "TFLOP/s",
+}  # fmt: skip
 
 
 def table(points=POINTS, folder: Path | None = None) -> list[dict]:
@@ -236,14 +271,15 @@ def table(points=POINTS, folder: Path | None = None) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], which: str = "training") -> str:
     errors = [abs(r["error"]) for r in rows]
     coll = sum(r["kind"] in ("busbw", "algbw") for r in rows)
     lines = [
         "# ina against published measurements",
         "",
-        "Made by `ina sim published --out docs/results/published` (docs/cluster.md says how "
-        "the model works and which measurements calibrate it: none of them is a row here).",
+        f"Made by `ina sim published --set {which} --out docs/results/published` "
+        "(docs/cluster.md says how the model works and which measurements calibrate it: none "
+        "of them is a row here).",
         "",
         "| # | setting | published | ina | error | source |",
         "|---|---|---|---|---|---|",
@@ -270,28 +306,35 @@ def markdown(rows: list[dict]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        default="training",
+        choices=sorted(SETS),
+        help="training: collectives and data-parallel training; llm: LLM layouts",
+    )
     p.add_argument("--only", help="comma-separated keys of the points to run")
     p.add_argument("--out", help="folder for published.md, published.json and cluster files")
 
 
 def main(args: argparse.Namespace) -> int:
-    points = POINTS
+    points = SETS[args.set]
     try:
         if args.only:
             keys = [k.strip() for k in args.only.split(",")]
-            known = {p.key for p in POINTS}
+            known = {p.key for p in points}
             bad = [k for k in keys if k not in known]
             if bad:
                 raise ValueError(f"unknown --only {', '.join(bad)}; known: {', '.join(known)}")
-            points = tuple(p for p in POINTS if p.key in keys)
+            points = tuple(p for p in points if p.key in keys)
         out = output_dir(args.out) if args.out else None
     except ValueError as e:
         raise UsageError(str(e)) from None
     rows = table(points, out)
-    text = markdown(rows)
+    text = markdown(rows, args.set)
     print(text)
     if out is not None:
-        (out / "published.md").write_text(text)
-        (out / "published.json").write_text(json.dumps(rows, indent=2) + "\n")
-        print(f"wrote {out / 'published.md'}, {out / 'published.json'}")
+        stem = "published" if args.set == "training" else f"published-{args.set}"
+        (out / f"{stem}.md").write_text(text)
+        (out / f"{stem}.json").write_text(json.dumps(rows, indent=2) + "\n")
+        print(f"wrote {out / f'{stem}.md'}, {out / f'{stem}.json'}")
     return 0

@@ -190,13 +190,14 @@ def load_workload(args: argparse.Namespace) -> Workload:
             raise ValueError(
                 "--dataset and --model name a trainable workload: with --workload they do nothing"
             )
-        if args.workload in zoo.NAMES:
+        if args.workload in zoo.NAMES or args.workload.startswith("gpt:"):
             return zoo.build(args.workload, args.batch_size, args.precision, args.seq_len)
         if args.workload in imports.EXAMPLES or Path(args.workload).exists():
             w = imports.load(args.workload, args.precision)
             return replace(w, samples=args.batch_size) if args.batch_size else w
         raise ValueError(
-            f"--workload {args.workload!r}: not a zoo model ({', '.join(zoo.NAMES)}), "
+            f"--workload {args.workload!r}: not a zoo model ({', '.join(zoo.NAMES)}, "
+            f"{zoo.GPT_SHAPE}), "
             f"a shipped example ({', '.join(imports.EXAMPLES)}) or a file"
         )
     from ina.workload import zoo

@@ -336,11 +336,46 @@ ENTRIES.update((name, _trainable_entry(name, *spec)) for name, spec in TRAINABLE
 NAMES = tuple(ENTRIES)
 
 
+GPT_SHAPE = "gpt:LAYERS:HIDDEN:HEADS[:SEQ[:VOCAB]]"
+
+
 def entry(name: str) -> Entry:
+    """A registered model, or a GPT of a given shape (`GPT_SHAPE`)."""
+    if name.startswith("gpt:"):
+        return gpt_shape(name)
     try:
         return ENTRIES[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(NAMES)}") from None
+        raise ValueError(
+            f"unknown model {name!r}; known: {', '.join(NAMES)} or {GPT_SHAPE}"
+        ) from None
+
+
+@functools.lru_cache(maxsize=32)
+def gpt_shape(name: str) -> Entry:
+    """A GPT of the shape ``gpt:LAYERS:HIDDEN:HEADS[:SEQ[:VOCAB]]`` (sequence 2048 and
+    Megatron-LM's padded vocabulary of 51,200 unless given): how papers state the models they
+    train (Narayanan et al. 2021, Table 1). GPT-2's blocks (GELU MLP of 4 x hidden, learned
+    positions, the head tied to the embedding); its count is this configuration's own."""
+    parts = name.split(":")[1:]
+    try:
+        nums = [int(x) for x in parts]
+    except ValueError:
+        nums = []
+    if not 3 <= len(nums) <= 5 or min(nums) < 1 or nums[1] % nums[2]:
+        raise ValueError(f"--workload {name!r}: use {GPT_SHAPE} (HIDDEN a multiple of HEADS)")
+    layers, hidden, heads, seq, vocab = (*nums, 2048, 51200)[:5]
+
+    def make() -> nn.Module:
+        tf = _transformers()
+        config = tf.GPT2Config(
+            n_embd=hidden, n_layer=layers, n_head=heads, n_positions=seq, vocab_size=vocab,
+            use_cache=False, attn_implementation=ATTENTION,
+        )  # fmt: skip
+        return tf.GPT2LMHeadModel(config)
+
+    return Entry(name, f"GPT, {layers} x {hidden}, {heads} heads", 0, "its shape", 1, make,
+                 causal_lm_step, "transformers GPT2Config", seq, seq, GPT2_BLOCKS)  # fmt: skip
 
 
 def build(
