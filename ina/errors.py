@@ -2,25 +2,60 @@
 
 A command raises `UsageError` with a message that says what is wrong and how to fix it; the
 `ina` command (and each module run with ``python -m``) prints it as one line,
-``ina CMD: message``, and exits with status 2. A traceback is for bugs only.
+``ina CMD: message``, and exits with status 2. A traceback is for bugs only. Ctrl-C ends a
+command with one line and status 130, SIGTERM with one line and 143, each after the
+command's clean-up has stopped what it started (`run_command`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 USAGE_EXIT = 2  # argparse's status for bad options; ours for any bad input
 INTERRUPTED_EXIT = 130  # a shell's status for a command ended by SIGINT (128 + 2)
+TERMINATED_EXIT = 143  # ... and by SIGTERM (128 + 15)
 
 
 class UsageError(ValueError):
     """Bad input from the user: shown as one line, exit status 2 (see the module docstring).
 
     A ValueError, so library callers that catch ValueError for bad values still do."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler), raised in the main thread as Ctrl-C's
+    KeyboardInterrupt is (`sigterm_as_interrupt`): a KeyboardInterrupt, so that the blocks
+    that stop what a command started on Ctrl-C (children by PID, temporary folders) run
+    for it too, instead of the command dying with its switch and ranks left running."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` inside (in the main thread; elsewhere signal handlers
+    cannot be set). Further SIGTERMs are ignored while that one's clean-up runs: `timeout`
+    sends two (to the command, then to its process group), and the second would otherwise
+    cut the first's clean-up short. A command that sets its own handler inside (`ina
+    switch`: SIGTERM is its normal stop) keeps it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class NonFiniteError(ValueError):
@@ -42,13 +77,17 @@ class Diverged(Exception):
 
 def run_command(prog: str, main: Callable[..., int | None], *args) -> int:
     """``main(*args)``'s exit status (its int result; 0 for None or any other result), or 2
-    after printing ``prog: message`` for a `UsageError`, or 130 after one line for Ctrl-C
-    (the command's ``finally`` blocks have stopped what it started by then)."""
+    after printing ``prog: message`` for a `UsageError`, or 130 after one line for Ctrl-C,
+    143 for SIGTERM (the command's ``finally`` blocks have stopped what it started by then)."""
     try:
-        rc = main(*args)
+        with sigterm_as_interrupt():
+            rc = main(*args)
     except UsageError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return USAGE_EXIT
+    except Terminated:
+        print(f"{prog}: terminated", file=sys.stderr)
+        return TERMINATED_EXIT
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT

@@ -16,9 +16,13 @@ import pytest
 from conftest import alive, descendants
 
 
-def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tuple[str, str]:
+def interrupt(
+    tmp_path, argv: list[str], started: str, want_children: int, sig: int = signal.SIGINT,
+    group: bool = True, status: int = 130, env: dict | None = None,
+) -> tuple[str, str]:  # fmt: skip
     """Run ``ina argv``; once ``started`` is on stdout and ``want_children`` processes are
-    under it, SIGINT its process group; its stdout and stderr after it ended."""
+    under it, send ``sig`` to its process group (or, not ``group``, to it alone, as
+    ``kill PID`` does); its stdout and stderr after it ended with ``status``."""
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out, "w") as fo, open(err, "w") as fe:
         proc = subprocess.Popen(
@@ -27,7 +31,7 @@ def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tu
             stderr=fe,
             cwd=tmp_path,
             start_new_session=True,  # a process group of its own, as a shell's job
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     try:
         deadline = time.monotonic() + 120
@@ -41,7 +45,10 @@ def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tu
             time.sleep(0.2)  # polling a process's output and children
         time.sleep(1.0)  # let it get into the work itself
         kids = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
         rc = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -54,7 +61,7 @@ def interrupt(tmp_path, argv: list[str], started: str, want_children: int) -> tu
     for k in left:  # do not leave them to the next test
         os.kill(k, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"
-    assert rc == 130, err.read_text()[-3000:]
+    assert rc == status, err.read_text()[-3000:]
     return out.read_text(), err.read_text()
 
 
@@ -73,6 +80,36 @@ def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path, argv, started, want_
     _, err = interrupt(tmp_path, argv, started, want_children)
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == f"{command}: interrupted", err[-3000:]
+
+
+# one row's wall-clock side: a switch model and two workers on 10 Mbit/s links
+VALIDATE = ["sim", "validate", "--what", "allreduce", "--workers", "2", "--rates", "10M",
+            "--profiles", "none", "--iters", "100", "--switch-latency", "20us"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, started, want_children",
+    [
+        (["allreduce", "--workers", "2", "--size", "2e6", "--iters", "500"], "starting", 3),
+        (["train", "--workers", "2", "--epochs", "200", "--no-progress"], "switch model", 3),
+        (VALIDATE, "| what", 3),
+    ],
+    ids=["allreduce", "train", "sim-validate"],
+)
+def test_sigterm_stops_the_switch_and_the_workers_and_exits_143(
+    tmp_path, argv, started, want_children
+):
+    """``kill PID`` (SIGTERM to the command alone): its switch model and workers or ranks
+    stop with it, its ``ina-switch-*`` (and ``ina-validate-*``) folders go, one line, exit
+    143 (the switch ran on, orphaned, and its folder stayed)."""
+    command = "ina " + " ".join(argv[:2] if argv[0] == "sim" else argv[:1])
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    _, err = interrupt(tmp_path, argv, started, want_children, signal.SIGTERM, group=False,
+                       status=143, env={"TMPDIR": str(temp)})  # fmt: skip
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == f"{command}: terminated", err[-3000:]
+    assert not list(temp.glob("ina-*")), list(temp.iterdir())
 
 
 def test_ctrl_c_in_a_parallel_experiment_stops_its_worker_processes(tmp_path):

@@ -105,7 +105,11 @@ class LocalSwitch:
         self._err_reader.start()
         self.final_counters: dict | None = None  # set by stop(), which a failed start calls
         self.final_shard_counters: list[dict] | None = None  # each shard's, if sharded
-        self.ready_line = self._wait_ready(startup_timeout)
+        try:
+            self.ready_line = self._wait_ready(startup_timeout)
+        except BaseException:  # Ctrl-C or SIGTERM while it starts: no switch left running
+            self.stop()
+            raise
 
     @property
     def address(self) -> tuple[str, int]:

@@ -50,6 +50,7 @@ import numpy as np
 from ina import progress, units
 from ina.errors import UsageError
 from ina.netem import check_profile
+from ina.procs import parent_handles_ctrl_c, stop_process
 from ina.protocol import MAX_LANES
 
 SIZE = 250_000
@@ -183,11 +184,18 @@ def measure_allreduce(
             ctx.Process(target=_emulated_worker, args=(c, profile, rate_bps, size, iters, q))
             for c in cfgs
         ]
-        for p in procs:
-            p.start()
-        got = [q.get(timeout=600) for _ in procs]
-        for p in procs:
-            p.join(30)
+        with parent_handles_ctrl_c():  # Ctrl-C reaches this process, which stops them
+            for p in procs:
+                p.start()
+        try:
+            got = [q.get(timeout=600) for _ in procs]
+            for p in procs:
+                p.join(30)
+        finally:  # Ctrl-C, SIGTERM or a worker that never reported: none left running
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join()
     errors = [r for _, r, _ in got if isinstance(r, str)]
     if errors:
         raise RuntimeError(f"a wall-clock worker failed: {errors[0]}")
@@ -267,9 +275,14 @@ def _train(
     cmd += ["--dataset", "digits", "--model", model]
     if sim:
         cmd += ["--sim", "--prop-delay", "0us", "--switch-latency", f"{latency_s * 1e6:.1f}us"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[2:])} failed: {r.stderr.strip()[-500:]}")
+    with parent_handles_ctrl_c():  # Ctrl-C reaches this process, which stops it by PID
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=900)
+    finally:  # by SIGTERM, so that it stops its switch and ranks (SIGKILL would orphan them)
+        stop_process(proc, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed: {err.strip()[-500:]}")
     with open(out / "steps.csv", newline="") as f:
         rows = list(csv.DictReader(f))[2:]  # warm-up left out
     step = statistics.median(float(row["step_s"]) for row in rows)
