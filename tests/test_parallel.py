@@ -141,3 +141,15 @@ def test_a_gpt_of_a_stated_shape_counts_its_parameters():
     assert (w.hidden, w.blocks, w.tokens_per_sample) == (64, 2, 128)
     with pytest.raises(ValueError, match="HIDDEN a multiple of HEADS"):
         zoo.build("gpt:2:65:4")
+
+
+def test_the_llm_study_writes_shares_that_add_up_and_ina_leaves_tp_and_pp_alone(tmp_path):
+    r = ina_in_process("experiment", "llm", "--models", "llama-13b", "--nodes", "2",
+                       "--nic-rates", "100G", "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads((tmp_path / "llm.json").read_text())
+    assert sum(row["share"].values()) == pytest.approx(1.0)
+    assert row["share"]["tp"] > 0 and row["layout"]["tp"] == 2
+    assert (tmp_path / "llm.png").stat().st_size > 0 and "INA speed-up" in r.stdout
+    bad = ina_in_process("experiment", "llm", "--models", "bert", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "known llama-7b" in bad.stderr

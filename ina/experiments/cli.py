@@ -1,4 +1,4 @@
-"""`ina experiment {dc2,dc2-bound,grace}`: end-to-end experiments that write CSV, PNG plots and a summary."""
+"""`ina experiment {dc2,dc2-bound,grace,llm,stragglers}`: end-to-end experiments that write CSV, PNG plots and a summary."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ EXPERIMENTS = {
     "grace": (
         "ina.experiments.grace",
         "GRACE's methods through the switch: traffic, codec speed, time to target (--sim)",
+    ),
+    "llm": (
+        "ina.experiments.llm",
+        "where INA pays in LLM training: each collective's share by model, layout and network",
     ),
     "stragglers": (
         "ina.experiments.stragglers",
