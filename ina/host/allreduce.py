@@ -46,6 +46,7 @@ from ina.host import quantize
 from ina.host.arrays import is_torch, ops
 from ina.host.compression import HomomorphicConfig
 from ina.host.compression.sparse_allreduce import SparseAllreduce
+from ina.host.repeated import EncodedLanes, Repeated
 from ina.host.rounds import Round, Steps, run_blocking
 from ina.host.transport import Transport, WorkerConfig
 from ina.protocol import Op
@@ -294,13 +295,33 @@ class Worker:
             out /= self.cfg.num_workers
         return out
 
-    def _dense_steps(self, flat: np.ndarray) -> Steps[np.ndarray]:
-        n = flat.size
-        N = self.cfg.num_workers
+    def timing_steps(self, grad: Repeated) -> Steps[None]:
+        """A dense call whose sums nobody reads (timing only, `ina.sim.step`): the rounds and
+        packets of ``allreduce_steps(np.resize(grad.block, grad.size))`` without an array of
+        the gradient's size. The SUM round's lanes are encoded as the transport sends them
+        (`ina.host.repeated.EncodedLanes`) and its result is not kept: ``last_ints`` and
+        ``last_int_sums`` are None."""
+        if self.density() < 1.0:
+            raise ValueError("timing_steps runs the dense path: this worker compresses")
+        peak = grad.peak()
+        if not math.isfinite(peak):
+            quantize.check_finite(grad.block[: grad.size])  # raises, naming the first
+        if peak >= FLOAT32_LIMIT:
+            raise ValueError("allreduce input exceeds the float32 range (|x| >= 2**128)")
+        n, L, N = grad.size, self.cfg.lanes, self.cfg.num_workers
+        agreed = yield from self._agree_exponents(n, grad.block_exponents)
+        if n:
+            yield Round(EncodedLanes(grad, agreed, L, N), Op.SUM, keep=False)
+        self.last = AllreduceInfo(n, agreed, L, N)
+        self.last_int_sums = self.last_ints = None
+
+    def _agree_exponents(self, n: int, exponents) -> Steps[np.ndarray]:
+        """The meta round (MAX) of a dense call of ``n`` values: ``exponents(lanes)`` are this
+        worker's block exponents; returns the agreed ones (and takes the agreed level)."""
         L = self.cfg.lanes
         if n >= 2**31:
             raise ValueError("tensors of 2**31 values or more are not supported")
-        exps = quantize.block_exponents(flat, L) if n else np.zeros(0, np.int32)
+        exps = exponents(L) if n else np.zeros(0, np.int32)
         meta = np.concatenate([np.array([n, -n], np.int32), exps])
 
         def check_length(lanes: np.ndarray) -> None:
@@ -312,7 +333,15 @@ class Worker:
 
         meta_out = yield Round(meta, Op.MAX, level=self.proposed_level, check=check_length)
         self.level = meta_out.level
-        agreed = meta_out.values[2:]
+        return meta_out.values[2:]
+
+    def _dense_steps(self, flat: np.ndarray) -> Steps[np.ndarray]:
+        n = flat.size
+        N = self.cfg.num_workers
+        L = self.cfg.lanes
+        agreed = yield from self._agree_exponents(
+            n, lambda lanes: quantize.block_exponents(flat, lanes)
+        )
         if n == 0:
             self.last = AllreduceInfo(0, agreed, L, N)
             self.last_int_sums = self.last_ints = np.zeros(0, np.int32)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -31,11 +31,23 @@ from ina.protocol import Op
 T = TypeVar("T")
 
 
+class LaneSource(Protocol):
+    """A round's int32 values without an array of them (timing only: `ina.host.repeated`):
+    ``size`` values, handed to the transport a packet's worth at a time as it sends them."""
+
+    size: int
+
+    def rows(self, chunks: np.ndarray, lanes: int) -> np.ndarray:
+        """Chunks ``chunks`` of ``lanes`` values each, int32, shape ``(k, lanes)``, zeros
+        beyond ``size``."""
+        ...
+
+
 class Reduced(NamedTuple):
     """What the switch returns for one round: the combined lanes and the MAX-combined
     header fields. A tuple, so ``values, exp, level = yield Round(...)`` works."""
 
-    values: np.ndarray  # int32, as many as were sent
+    values: np.ndarray | None  # int32, as many as were sent (None: a round not kept)
     exp: int
     level: int
 
@@ -48,13 +60,17 @@ class Round:
     (the transport calls it when the first chunk's result arrives; a plain ``reduce`` after
     the round): it may raise to abort the call early, e.g. when workers disagree on a length
     (the rest of a round whose lengths differ would never complete).
+
+    ``keep=False``: the transport drops the result's lanes as they arrive and the round's
+    `Reduced` has no values (a timing-only round: its times, never its sums).
     """
 
-    values: np.ndarray
+    values: np.ndarray | LaneSource
     op: Op = Op.SUM
     exp: int = 0
     level: int = 0
     check: Callable[[np.ndarray], None] | None = None
+    keep: bool = True
 
 
 Steps = Generator[Round, Reduced, T]

@@ -109,7 +109,7 @@ from heapq import heappop, heappush
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ina.host.rounds import Reduced, Round
+from ina.host.rounds import LaneSource, Reduced, Round
 from ina.protocol import (
     HEADER_BYTES,
     HEADER_DTYPE,
@@ -293,12 +293,13 @@ class _Join:
 class _Call:
     """One round in progress: its packets and per-chunk state."""
 
-    def __init__(self, rnd: Round, values: np.ndarray, lanes: int, pool: int) -> None:
+    def __init__(self, rnd: Round, values: np.ndarray | LaneSource, lanes: int, pool: int) -> None:
         self.round = rnd
         self.n = values.size
         self.C = C = -(-self.n // lanes)
         self.base = 0  # seq of chunk 0, assigned at launch (after the join)
-        self.out = np.zeros((C, lanes), np.int32)
+        # the result's lanes as they arrive (none kept for a round that keeps no result)
+        self.out = np.zeros((C, lanes), np.int32) if rnd.keep else None
         self.done = np.zeros(C, bool)
         self.sent = np.zeros(C, bool)
         self.first_sent = np.zeros(C)
@@ -327,6 +328,10 @@ class _Call:
         self.high = 0  # above the highest chunk sent: chunks in flight lie in [low, high)
         self.flying = 0  # chunks sent whose results are not in
         self.tx: np.ndarray | None = None  # (C, pb) built once the epoch is known
+        self.head: np.ndarray | None = None  # (C, HEADER_BYTES): each chunk's header
+        # a round's lanes made as they go out (`LaneSource`): no tx, each send built from
+        # ``head`` and these (timing only: no array of the round's size)
+        self.source: LaneSource | None = None
 
 
 class TransportCore:
@@ -387,13 +392,18 @@ class TransportCore:
         return self._call is None
 
     def start(self, rnd: Round, now: float) -> None:
-        """Begin an exact reduction of ``rnd.values`` (int32) over all workers of the job."""
+        """Begin an exact reduction of ``rnd.values`` (int32, or a `LaneSource` whose
+        packets are made as they go out) over all workers of the job."""
         if self._call is not None:
             raise RuntimeError("a round is already in progress on this transport")
-        v = np.ascontiguousarray(rnd.values, dtype=np.int32).reshape(-1)
+        if rnd.check is not None and not rnd.keep:
+            raise ValueError("a round with a check keeps its result (keep=True)")
+        v = rnd.values
+        if isinstance(v, np.ndarray) or not hasattr(v, "rows"):  # else a LaneSource
+            v = np.ascontiguousarray(v, dtype=np.int32).reshape(-1)
         self._result = None
         if v.size == 0:
-            self._result = Reduced(v.copy(), rnd.exp, rnd.level)
+            self._result = Reduced(np.zeros(0, np.int32) if rnd.keep else None, rnd.exp, rnd.level)
             return
         self._call = _Call(rnd, v, self.lanes, self.cfg.pool_size)
         self._values = v
@@ -487,8 +497,8 @@ class TransportCore:
         call.last_sent[go] = at
         call.deadline[go] = deadline
         call.probe[go] = False
-        call.tx[go, _FLAGS_AT] |= _RETX
-        self._queue(call.tx, go, at)
+        call.head[go, _FLAGS_AT] |= _RETX
+        self._queue_chunks(call, go, at)
         self.stats.retransmissions += int(go.size)
 
     def _lost_in_batch(
@@ -677,7 +687,6 @@ class TransportCore:
         C, L, S = call.C, self.lanes, cfg.pool_size
         call.base = self.next_seq
         self.next_seq = (call.base + C) & _MASK32
-        tx = np.zeros((C, self.pb), np.uint8)
         hdr = np.zeros(C, HEADER_DTYPE)
         seqs = (call.base + np.arange(C, dtype=np.int64)) & _MASK32
         hdr["version"] = VERSION
@@ -692,14 +701,19 @@ class TransportCore:
         hdr["num_lanes"] = L
         hdr["num_lanes"][-1] = call.n - (C - 1) * L
         hdr["epoch"] = self.epoch
-        tx[:, :HEADER_BYTES] = hdr.view(np.uint8).reshape(C, HEADER_BYTES)
-        # the values byte-swapped straight into the packets (the last one's tail stays 0)
-        lanes = tx[:, HEADER_BYTES:].view(LANE_DTYPE)  # (C, L), a view into tx
-        full = call.n // L
-        lanes[:full] = self._values[: full * L].reshape(full, L)
-        if full < C:
-            lanes[full, : call.n - full * L] = self._values[full * L :]
-        call.tx = tx
+        head = hdr.view(np.uint8).reshape(C, HEADER_BYTES)
+        if isinstance(self._values, np.ndarray):
+            tx = np.zeros((C, self.pb), np.uint8)
+            tx[:, :HEADER_BYTES] = head
+            # the values byte-swapped straight into the packets (the last one's tail stays 0)
+            lanes = tx[:, HEADER_BYTES:].view(LANE_DTYPE)  # (C, L), a view into tx
+            full = call.n // L
+            lanes[:full] = self._values[: full * L].reshape(full, L)
+            if full < C:
+                lanes[full, : call.n - full * L] = self._values[full * L :]
+            call.tx, call.head = tx, tx[:, :HEADER_BYTES]
+        else:
+            call.head, call.source = head, self._values
         self._values = None
         call.ready = [(c, now) for c in range(min(cfg.pool_size, C))]  # sorted: a heap
         self._release(call, now)
@@ -744,7 +758,7 @@ class TransportCore:
         call.last_sent[go] = at
         call.deadline[go] = at + rto
         call.high = max(call.high, int(go.max()) + 1)
-        self._queue(call.tx, go, at)
+        self._queue_chunks(call, go, at)
         self._sent_first(call, go.size, float(at.max()), srtt)
 
     def _span(self, call: _Call) -> tuple[int, int]:
@@ -822,7 +836,9 @@ class TransportCore:
         r0, c0 = int(rows[0]), rc[0]
         src = rx[r0 : r0 + len(rc)] if rows[-1] - r0 + 1 == len(rc) else rx[rows]
         lanes = src[:, HEADER_BYTES : self.pb].view(LANE_DTYPE)
-        if rc[-1] - c0 + 1 == len(rc) and rc == list(range(c0, c0 + len(rc))):
+        if call.out is None:
+            pass  # a round that keeps no result
+        elif rc[-1] - c0 + 1 == len(rc) and rc == list(range(c0, c0 + len(rc))):
             call.out[c0 : c0 + len(rc)] = lanes
         else:
             call.out[chunks] = lanes
@@ -910,7 +926,7 @@ class TransportCore:
                 call.last_sent[go] = at
                 call.deadline[go] = at + rto_after[keep]
                 call.high = max(call.high, int(go.max()) + 1)
-                self._queue(call.tx, go, at)
+                self._queue_chunks(call, go, at)
                 self._sent_first(call, go.size, float(at[-1]), float(srtt_after[keep][-1]))
             return
         adapt = self.cfg.window_control
@@ -953,7 +969,8 @@ class TransportCore:
 
     def _finish(self, call: _Call) -> None:
         self.stats.pending_bitmaps = call.pending
-        values = call.out.reshape(-1)[: call.n]  # the call ends here: its buffer is the result
+        # the call ends here: its buffer is the result
+        values = call.out.reshape(-1)[: call.n] if call.out is not None else None
         self._result = Reduced(values, call.exp_max, call.level_max)
         self._call = None
 
@@ -966,6 +983,18 @@ class TransportCore:
         self._sends = []
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _queue_chunks(self, call: _Call, chunks: np.ndarray, at: float | np.ndarray) -> None:
+        """Queue the packets of ``chunks``: rows of the call's packets, or built now from
+        their headers and the `LaneSource`'s lanes (the same bytes)."""
+        if call.tx is not None:
+            self._queue(call.tx, chunks, at)
+            return
+        k = chunks.size
+        buf = np.empty((k, self.pb), np.uint8)
+        buf[:, :HEADER_BYTES] = call.head[chunks]
+        buf[:, HEADER_BYTES:].view(LANE_DTYPE)[:] = call.source.rows(chunks, self.lanes)
+        self._queue(buf, np.arange(k), at)
 
     def _queue(self, buf: np.ndarray, rows: np.ndarray, at: float | np.ndarray) -> None:
         rows = np.asarray(rows, dtype=np.int64)
