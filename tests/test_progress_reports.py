@@ -1,5 +1,6 @@
 """Progress and the first hour's rough edges (issue 29): runs done out of runs planned on
-stderr for the long commands (only on a terminal, or with ``INA_PROGRESS=1``), the busy-host
+stderr for the long commands (a bar on a terminal, or with ``INA_PROGRESS=1``; elsewhere a
+line now and then, issue 49), the busy-host
 warning of `ina sim validate`, and `ina counters --watch` redrawn in place."""
 
 from __future__ import annotations
@@ -57,6 +58,62 @@ def test_no_bar_off_a_terminal(monkeypatch, capsys):
     monkeypatch.delenv("INA_PROGRESS", raising=False)  # pytest's stderr is not a terminal
     assert run_sweep(abs, [-3, -1], parallel=1, desc="squares") == [3, 1]
     assert capsys.readouterr().err == ""
+
+
+class Clock:
+    """A clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_off_a_terminal_a_line_every_30_s_or_10_percent_whichever_is_rarer():
+    """`ina allreduce | tee log`, `ina reproduce lhc --quick | cat`: silent for minutes
+    before; a plain line now and then, none at the end (the results follow)."""
+    clock, log = Clock(), io.StringIO()
+    fast = progress.Lines(100, "runs", file=log, clock=clock)
+    for _ in range(100):  # a run a second: 10 % every 10 s, so every 30 s rules
+        clock.now += 1.0
+        fast.update(1)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "runs: 30/100 runs (30 %), 0:30 elapsed, about 1:10 left", lines
+    assert [line.split()[1] for line in lines] == ["30/100", "60/100", "90/100"]
+    clock, log = Clock(), io.StringIO()
+    slow = progress.Lines(20, "calls", unit="call", file=log, clock=clock)
+    for _ in range(20):  # a call a minute: 30 s every call, so every 10 % (2 calls) rules
+        clock.now += 60.0
+        slow.update(1)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 9 and lines[0].startswith("calls: 2/20 calls (10 %), 2:00 elapsed")
+    assert lines[-1] == "calls: 18/20 calls (90 %), 18:00 elapsed, about 2:00 left"
+
+
+def test_a_line_of_an_unknown_total_and_of_hours():
+    clock, log = Clock(), io.StringIO()
+    b = progress.Lines(None, "steps", unit="step", file=log, clock=clock)
+    clock.now = 3725.0
+    b.update(7)
+    assert log.getvalue() == "steps: 7 steps, 1:02:05 elapsed\n"
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
+    monkeypatch.delenv("INA_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # not a terminal: lines
+    with progress.bar(10, "runs") as b:
+        assert isinstance(b, progress.Lines) and b.file is sys.stderr
+        b.update(3)  # within 30 s: nothing yet
+        b.write("a result")  # the command's own lines still go to stdout
+    assert sys.stderr.getvalue() == ""
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with progress.bar(10, "runs") as b:
+        assert not isinstance(b, progress.Lines) and not b.disable
+    for forced, kind in (("lines", progress.Lines), ("0", None)):
+        monkeypatch.setenv("INA_PROGRESS", forced)
+        with progress.bar(10, "runs") as b:
+            assert isinstance(b, progress.Lines) if kind else b.disable
 
 
 def test_dc2_sim_shows_its_runs_in_parallel(monkeypatch, capsys, counted):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ina import progress
 from ina.errors import UsageError
 from ina.experiments.reproduce import MISSES, NO_EFFECT, Claim, Report, verdict
 
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> Report:
     codec = parse_codec(CODEC)
     dense_agg, _ = _agg(every, 1.0, size, codec)
     rows, agg_x, it_x, dens = [], {}, {}, {}
-    for name in models:
+    for name in progress.track(models, "lhc models", unit="model"):
         w = zoo.build(name)
         d, source = density_of(name, w)
         sparse_agg, union = _agg(every, d, size, codec)
