@@ -65,6 +65,11 @@ def interrupt(
     return out.read_text(), err.read_text()
 
 
+# one row's wall-clock side: a switch model and two workers on 10 Mbit/s links
+VALIDATE = ["sim", "validate", "--what", "allreduce", "--workers", "2", "--rates", "10M",
+            "--profiles", "none", "--iters", "100", "--switch-latency", "20us"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "argv, started, want_children",
     [
@@ -72,19 +77,15 @@ def interrupt(
         (["sim", "allreduce", "--workers", "8", "--size", "4e6", "--iters", "50"], "", 0),
         (["train", "--workers", "2", "--epochs", "200", "--no-progress"], "switch model", 3),
         (["train", "--sim", "--workers", "4", "--epochs", "200", "--no-progress"], "training", 0),
+        (VALIDATE, "| what", 3),  # its workers printed a traceback each
     ],
-    ids=["allreduce", "sim-allreduce", "train", "train-sim"],
+    ids=["allreduce", "sim-allreduce", "train", "train-sim", "sim-validate"],
 )
 def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path, argv, started, want_children):
     command = "ina " + " ".join(argv[:2] if argv[0] == "sim" else argv[:1])
     _, err = interrupt(tmp_path, argv, started, want_children)
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == f"{command}: interrupted", err[-3000:]
-
-
-# one row's wall-clock side: a switch model and two workers on 10 Mbit/s links
-VALIDATE = ["sim", "validate", "--what", "allreduce", "--workers", "2", "--rates", "10M",
-            "--profiles", "none", "--iters", "100", "--switch-latency", "20us"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
