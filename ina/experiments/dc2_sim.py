@@ -54,7 +54,6 @@ import traceback
 from pathlib import Path
 
 from ina.errors import UsageError, output_dir
-from ina.experiments.sweep import check_sweep_arguments
 from ina.experiments.dc2_common import (
     DC2_DEFAULT,
     GOAL_FIXED_REGRET,
@@ -69,6 +68,7 @@ from ina.experiments.dc2_common import (
     regret_distribution,
     sim_run_dir,
 )
+from ina.experiments.sweep import check_sweep_arguments
 from ina.sim import regret as rg
 
 DEFAULT_LAWS = "ownq,aimd"  # "target": the first study's law, kept to reproduce its tables
