@@ -50,6 +50,25 @@ def parent_handles_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def ctrl_c_blocked_in_children() -> Iterator[None]:
+    """Children started inside (from this thread) never take Ctrl-C: they start with SIGINT
+    blocked, a mask that survives fork and exec, so that this process stops them by PID.
+    Unlike `parent_handles_ctrl_c`'s ignoring it, blocking loses no Ctrl-C meanwhile: one
+    that comes while the children start reaches this process as soon as the block ends
+    (or at once, through another thread), and nothing of it stays ignored here. For
+    children that start no children of their own (a sweep's pool): theirs would inherit
+    the mask."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def available_memory() -> int | None:
     """Bytes this host can still give (MemAvailable), or None where /proc says nothing: what
     a command checks a run's memory against before it starts one that could not finish."""

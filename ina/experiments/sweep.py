@@ -14,7 +14,7 @@ checks the cluster against the serial loop); only the wall time differs.
 receive it by reference, not by value.
 
 A pool process stops when the sweep's process dies, however it dies (`_die_with_parent`).
-Pool processes ignore SIGINT: Ctrl-C reaches the sweep's process alone, which cancels the
+Pool processes block SIGINT: Ctrl-C reaches the sweep's process alone, which cancels the
 runs queued and stops the running ones by PID (`_stop_pool`), as it does on the first failed
 run; the command then prints its one line and exits 130.
 
@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from ina import progress
 from ina.errors import UsageError
-from ina.procs import die_with_parent, parent_handles_ctrl_c
+from ina.procs import ctrl_c_blocked_in_children, die_with_parent
 
 # the schemes of Dask's comms (distributed.comm.registry) a scheduler's address may name
 CLUSTER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
@@ -119,7 +119,7 @@ def run_sweep(
     )
     try:
         with progress.bar(len(configs), desc) as bar:
-            with parent_handles_ctrl_c():  # the pool's processes start in submit
+            with ctrl_c_blocked_in_children():  # the pool's processes start in submit
                 futures = [pool.submit(fn, c) for c in configs]
             for f in as_completed(futures):
                 f.result()  # the first failure, as it happens
