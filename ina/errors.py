@@ -42,12 +42,21 @@ def sigterm_as_interrupt() -> Iterator[None]:
     cannot be set). Further SIGTERMs are ignored while that one's clean-up runs: `timeout`
     sends two (to the command, then to its process group), and the second would otherwise
     cut the first's clean-up short. A command that sets its own handler inside (`ina
-    switch`: SIGTERM is its normal stop) keeps it."""
+    switch`: SIGTERM is its normal stop) keeps it; a child forked inside dies of SIGTERM
+    as it did before, until it sets its own."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
+    owner = os.getpid()
+
     def terminated(signum, frame) -> None:
+        if os.getpid() != owner:
+            # a child forked inside (`ina switch`'s shards, as they start) has this handler
+            # too: there SIGTERM ends the process, as it did before
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated
 

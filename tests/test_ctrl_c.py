@@ -134,3 +134,29 @@ def test_ctrl_c_while_the_command_loads_is_one_line_too(monkeypatch, capsys):
     monkeypatch.setattr(importlib, "import_module", interrupted)
     assert cli.main(["sim", "allreduce", "--workers", "8"]) == 130
     assert capsys.readouterr().err == "ina sim allreduce: interrupted\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a child")
+def test_sigterm_raises_in_the_command_and_ends_a_forked_child_as_before():
+    """SIGTERM is `Terminated` in the command's process only: a child forked meanwhile
+    (`ina switch --shards`' shards, before they set their own handler) still dies of it,
+    with no traceback (it raised there, a shard's traceback on Ctrl-C)."""
+    from ina.errors import Terminated, sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        ready, say = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child, once its interpreter is past the fork: wait for the signal
+            os.write(say, b".")
+            time.sleep(30)
+            os._exit(0)
+        os.read(ready, 1)
+        os.close(ready)
+        os.close(say)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # (raised before this ends)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
