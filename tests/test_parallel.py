@@ -153,3 +153,9 @@ def test_the_llm_study_writes_shares_that_add_up_and_ina_leaves_tp_and_pp_alone(
     assert (tmp_path / "llm.png").stat().st_size > 0 and "INA speed-up" in r.stdout
     bad = ina_in_process("experiment", "llm", "--models", "bert", "--out", str(tmp_path))
     assert bad.returncode == 2 and "known llama-7b" in bad.stderr
+
+
+def test_the_llm_study_refuses_a_system_it_cannot_read(tmp_path):
+    r = ina_in_process("experiment", "llm", "--system", str(tmp_path / "nosuch"), "--models",
+                       "llama-7b", "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 2 and "not a readable cluster file" in r.stderr

@@ -51,10 +51,23 @@ def _step(argv: list[str], out: Path) -> dict:
 
 
 def _cluster_file(folder: Path, system: str, rate: str) -> str:
-    from ina.sim.cluster import PRESETS
+    from ina.sim.cluster import PRESET_NAMES, PRESETS
 
-    path = folder / f"{system}-{rate}.json"
-    base = {"preset": system} if system in PRESETS else json.loads(Path(system).read_text())
+    if system in PRESETS:
+        base = {"preset": system}
+    else:
+        try:
+            base = json.loads(Path(system).read_text())
+        except OSError as e:
+            raise ValueError(
+                f"--system {system}: not a preset ({', '.join(PRESET_NAMES)}) and not a "
+                f"readable cluster file ({e.strerror})"
+            ) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"--system {system}: not JSON ({e})") from None
+        if not isinstance(base, dict):
+            raise ValueError(f"--system {system}: a JSON object of fields")
+    path = folder / f"{Path(system).stem}-{rate}.json"
     path.write_text(json.dumps({**base, "nic_rate": rate}) + "\n")
     return str(path)
 
