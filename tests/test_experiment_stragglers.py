@@ -50,16 +50,14 @@ def test_a_2x_straggler_adds_its_extra_compute_less_what_it_hides(study):
         growth = two[a]["simulated_s"] - one[a]["simulated_s"]
         hidden = sum(r["allreduce_s"][a][:-1])
         assert extra - hidden - ROUNDING_S <= growth <= extra + ROUNDING_S, a
-    # INA's first bucket is reduced before backward ends even at F = 1, so only the last
-    # bucket's allreduce is exposed and the step grows by exactly the extra compute
+    # INA's growth is what the expectation's model of the step gives for it (the slower
+    # backward hides whatever of the first bucket's allreduce it now covers)
     ina = Model(r["forward_s"], r["backward_s"], r["optimizer_s"], tuple(r["bucket_ready_s"]),
                 tuple(r["allreduce_s"]["ina"]))  # fmt: skip
     assert len(r["buckets"]) == 2
-    assert r["bucket_ready_s"][0] + r["allreduce_s"]["ina"][0] <= r["bucket_ready_s"][-1]
     assert two["ina"]["simulated_s"] - one["ina"]["simulated_s"] == pytest.approx(
-        extra, abs=ROUNDING_S
+        float(ina.iteration(2.0) - ina.iteration(1.0)), abs=ROUNDING_S
     )
-    assert float(ina.iteration(2.0) - ina.iteration(1.0)) == pytest.approx(extra, abs=ROUNDING_S)
 
 
 def test_a_slow_worker_is_a_class_of_its_own_and_jitter_makes_every_worker_one(study):
@@ -122,7 +120,7 @@ def test_the_report_says_how_to_regenerate_it(study):
         (["--jitters", ""], "--jitters '': '' is not a number"),
         (["--workers", "1"], "--workers must be >= 2"),
         (["--steps", "0"], "--steps must be >= 1"),
-        (["--algorithms", "ina,tree"], "'tree' is not one of"),
+        (["--algorithms", "ina,bogus"], "'bogus' is not one of"),
         (["--workers", "1000", "--algorithms", "ring,halving-doubling"], "power-of-two"),
         (["--device", "tpu"], "tpu"),
     ],

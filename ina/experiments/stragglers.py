@@ -154,15 +154,17 @@ def max_lognormal_weights(sigma: float, workers: int) -> tuple[np.ndarray, np.nd
 
 
 def _train_args(args: argparse.Namespace, algorithm: str, steps: int, stragglers: str):
-    """The options `ina sim train` would get for one run of the study."""
+    """The options `ina sim train` would get for one run of the study (the roofline at the
+    stated efficiency: the study's setting)."""
     from ina.sim import train_steps
+    from ina.workload.devices import DEFAULT_EFFICIENCY
 
     p = argparse.ArgumentParser()
     train_steps.add_arguments(p)
     argv = ["--workload", args.workload, "--device", args.device, "--precision", args.precision]
     argv += ["--workers", str(args.workers), "--link-rate", args.link_rate, "--timing-only"]
     argv += ["--algorithm", algorithm, "--steps", str(steps), "--stragglers", stragglers]
-    argv += ["--seed", str(args.seed)]
+    argv += ["--seed", str(args.seed), "--efficiency", str(DEFAULT_EFFICIENCY)]
     return p.parse_args(argv)
 
 
@@ -203,7 +205,7 @@ def run_study(args: argparse.Namespace) -> dict:
     comms = {}
     try:
         for a in algorithms:  # the workload, device and network alike; the comm per algorithm
-            work, times, codec, spec, comms[a], _ = train_steps.prepare(
+            work, times, codec, spec, comms[a], _, cluster = train_steps.prepare(
                 _train_args(args, a, 1, "none")
             )
     except ValueError as e:
@@ -214,7 +216,7 @@ def run_study(args: argparse.Namespace) -> dict:
         from ina.sim.stragglers import parse_stragglers
 
         f = parse_stragglers(stragglers).factor_matrix(spec.workers, steps, args.seed)
-        r = simulate(shape, spec, steps, comms[a], codec, f, args.seed, 1 if trace else 0)
+        r = simulate(shape, spec, steps, comms[a], codec, f, args.seed, 1 if trace else 0, cluster)
         r["max_factors"] = [float(x) for x in f.max(axis=1)]
         if a == "ina":  # the most workers any run of a kind simulated (none, slow, jitter)
             kind = stragglers.partition(":")[0]
