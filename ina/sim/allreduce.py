@@ -388,6 +388,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
             "--jobs 2 or more"
         )
     if args.flow:  # the links' conditions, before timing only's own reasons for them
+        if args.sim_backend != "fast":  # before asking whether that backend is installed
+            raise ValueError(
+                f"--flow runs no packets, on no backend: drop --backend {args.sim_backend}"
+            )
         flow.check(network_spec(args, 1, args.lanes, args.pool), args.density, fail)
     spec = replace(
         network_spec(
