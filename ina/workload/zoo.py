@@ -157,12 +157,17 @@ def _transformers():
     return transformers
 
 
-def _gpt2(n_embd: int, n_layer: int, n_head: int) -> Callable[[], nn.Module]:
+def _gpt2(
+    n_embd: int, n_layer: int, n_head: int, n_positions: int = 1024, vocab: int = 50257
+) -> Callable[[], nn.Module]:
+    """GPT-2's blocks at a shape (GPT-2's context and vocabulary unless given)."""
+
     def make() -> nn.Module:
         tf = _transformers()
         config = tf.GPT2Config(
-            n_embd=n_embd, n_layer=n_layer, n_head=n_head, use_cache=False,
-            attn_implementation=ATTENTION,
+            n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_positions=n_positions,
+            vocab_size=vocab, bos_token_id=min(50256, vocab - 1),
+            eos_token_id=min(50256, vocab - 1), use_cache=False, attn_implementation=ATTENTION,
         )  # fmt: skip
         return tf.GPT2LMHeadModel(config)
 
@@ -181,18 +186,6 @@ def _bert(hidden: int, layers: int, heads: int) -> Callable[[], nn.Module]:
     return make
 
 
-def _llama2_7b() -> nn.Module:
-    tf = _transformers()
-    # Llama 2's 7B settings (Touvron et al. 2023, and the model card's config.json)
-    config = tf.LlamaConfig(
-        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-        intermediate_size=11008, vocab_size=32000, max_position_embeddings=4096,
-        rms_norm_eps=1e-5, tie_word_embeddings=False, use_cache=False,
-        attn_implementation=ATTENTION,
-    )  # fmt: skip
-    return tf.LlamaForCausalLM(config)
-
-
 def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int) -> Callable[[], nn.Module]:
     """A Llama 2 model of the given shape (the model cards' config.json settings)."""
 
@@ -207,18 +200,6 @@ def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int) -> Callable[
         return tf.LlamaForCausalLM(config)
 
     return make
-
-
-def _gpt3_175b() -> nn.Module:
-    tf = _transformers()
-    # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12,288, 96 heads, a
-    # context of 2,048, GPT-2's vocabulary; dense attention in every layer (the paper
-    # alternates dense and locally banded sparse patterns, which change no parameter)
-    config = tf.GPT2Config(
-        n_embd=12288, n_layer=96, n_head=96, n_positions=2048, use_cache=False,
-        attn_implementation=ATTENTION,
-    )  # fmt: skip
-    return tf.GPT2LMHeadModel(config)
 
 
 def _ptb_large() -> nn.Module:
@@ -287,7 +268,8 @@ ENTRIES: dict[str, Entry] = {
               GPT2_BLOCKS),
         Entry("llama-7b", "Llama 2 7B, causal LM over 4096 tokens", 6_738_415_616,
               "Llama-2-7b model card (7B); exact count of the published checkpoint",
-              1, _llama2_7b, causal_lm_step, "transformers LlamaConfig", 4096, 4096,
+              1, _llama(4096, 32, 32, 32, 11008), causal_lm_step, "transformers LlamaConfig",
+              4096, 4096,
               "model.layers"),
         Entry("llama-13b", "Llama 2 13B, causal LM over 4096 tokens", 13_015_864_320,
               "Llama-2-13b model card (13B); exact count of the published checkpoint",
@@ -298,9 +280,13 @@ ENTRIES: dict[str, Entry] = {
               "Llama-2-70b model card (70B); exact count of the published checkpoint",
               1, _llama(8192, 80, 64, 8, 28672), causal_lm_step, "transformers LlamaConfig",
               4096, 4096, "model.layers"),
+        # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12,288, 96 heads, a
+        # context of 2,048, GPT-2's vocabulary; dense attention in every layer (the paper
+        # alternates dense and locally banded sparse patterns, which change no parameter)
         Entry("gpt3-175b", "GPT-3 175B, causal LM over 2048 tokens", 174_604_259_328,
-              "Brown et al. 2020, Table 2.1 (175.0B); exact count of this configuration", 1, _gpt3_175b, causal_lm_step,
-              "transformers GPT2Config", 2048, 2048, GPT2_BLOCKS),
+              "Brown et al. 2020, Table 2.1 (175.0B); exact count of this configuration",
+              1, _gpt2(12288, 96, 96, 2048), causal_lm_step, "transformers GPT2Config", 2048,
+              2048, GPT2_BLOCKS),
         Entry("ncf", "NeuMF (NCF) on MovieLens-20M, MLPerf's sizes", 31_832_577,
               "He et al. 2017 with MLPerf's ml-20m sizes: derived in ina.workload.recsys",
               65_536, recsys.ncf, ncf_step, "ina.workload.recsys.NeuMF"),
@@ -365,17 +351,9 @@ def gpt_shape(name: str) -> Entry:
     if not 3 <= len(nums) <= 5 or min(nums) < 1 or nums[1] % nums[2]:
         raise ValueError(f"--workload {name!r}: use {GPT_SHAPE} (HIDDEN a multiple of HEADS)")
     layers, hidden, heads, seq, vocab = (*nums, 2048, 51200)[:5]
-
-    def make() -> nn.Module:
-        tf = _transformers()
-        config = tf.GPT2Config(
-            n_embd=hidden, n_layer=layers, n_head=heads, n_positions=seq, vocab_size=vocab,
-            use_cache=False, attn_implementation=ATTENTION,
-        )  # fmt: skip
-        return tf.GPT2LMHeadModel(config)
-
-    return Entry(name, f"GPT, {layers} x {hidden}, {heads} heads", 0, "its shape", 1, make,
-                 causal_lm_step, "transformers GPT2Config", seq, seq, GPT2_BLOCKS)  # fmt: skip
+    return Entry(name, f"GPT, {layers} x {hidden}, {heads} heads", 0, "its shape", 1,
+                 _gpt2(hidden, layers, heads, seq, vocab), causal_lm_step,
+                 "transformers GPT2Config", seq, seq, GPT2_BLOCKS)  # fmt: skip
 
 
 def build(
