@@ -358,3 +358,24 @@ def test_per_tensor_runs_one_collective_per_gradient(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads((tmp_path / "result.json").read_text())
     assert len(d["buckets"]) == 161 and d["per_tensor"] and d["compressor"] == "topk"
+
+
+def test_a_codecs_time_per_call_is_paid_per_tensor_on_a_per_tensor_path(tmp_path):
+    from ina.workload.compute import parse_codec
+
+    assert parse_codec("30GB/s+25us").per_call(0) == pytest.approx(25e-6)
+    with pytest.raises(ValueError, match="goes with a throughput"):
+        parse_codec("none+1us")
+    codec = {}
+    for flag in ([], ["--per-tensor"]):
+        out = tmp_path / ("t" if flag else "b")
+        r = ina_in_process(
+            "sim", "train", "--workload", "resnet50", "--system", "pcie-v100", "--precision",
+            "fp32", "--algorithm", "nccl", "--compressor", "topk", "--codec", "30GB/s+25us",
+            "--timing-only", "--steps", "1", "--out", str(out), *flag,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        d = json.loads((out / "result.json").read_text())
+        codec[bool(flag)] = (d["steps"][0]["codec_s"], len(d["buckets"]))
+    (per_tensor, tensors), (bucketed, buckets) = codec[True], codec[False]
+    assert per_tensor - bucketed == pytest.approx((tensors - buckets) * 25e-6)

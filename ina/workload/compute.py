@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,6 +107,7 @@ class CodecModel:
 
     scale: float = 1.0  # measured: factor on the wall time (0: none)
     bytes_per_second: float = 0.0  # > 0: a throughput instead
+    call_s: float = 0.0  # with a throughput: a fixed cost per call (the codec's launches)
 
     def from_wall(self) -> Callable[[float], float]:
         """What `ina.sim.nodes.WorkerNode` charges for the program's own wall time."""
@@ -118,13 +119,24 @@ class CodecModel:
         return not self.bytes_per_second and self.scale > 0
 
     def per_call(self, values: int) -> float:
-        """Extra seconds charged per allreduce of ``values`` float32 (throughput model)."""
-        return 4 * values / self.bytes_per_second if self.bytes_per_second else 0.0
+        """Extra seconds charged per allreduce of ``values`` float32 (throughput model), and
+        the fixed cost of each call (its kernel launches) where one is stated."""
+        if not self.bytes_per_second:
+            return 0.0
+        return 4 * values / self.bytes_per_second + self.call_s
 
 
 def parse_codec(text: str) -> CodecModel:
     """``device:DEVICE[:PASSES]``, ``measured[:SCALE]``, ``none`` or a throughput such as
-    ``30GB/s``."""
+    ``30GB/s``; a throughput or a device may add a fixed time per call, ``30GB/s+25us`` (the
+    codec's kernel launches: what a per-tensor path pays per tensor and MergeComp's groups
+    save)."""
+    text, plus, call = text.partition("+")
+    if plus:
+        if text.split(":")[0] in ("none", "measured"):
+            raise ValueError(f"--codec {text}+{call}: a time per call goes with a throughput")
+        model = parse_codec(text)
+        return replace(model, call_s=units.seconds(call, "--codec's time per call"))
     name, _, rest = text.partition(":")
     if name == "none":
         return CodecModel(scale=0.0)
