@@ -92,7 +92,7 @@ def test_memory_of_llama_70b_fits_only_sharded(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads((tmp_path / "result.json").read_text())
     assert d["layout"] == {"dp": 4, "tp": 8, "pp": 4, "micro_batches": 8, "zero": 1,
-                           "recompute": True}  # fmt: skip
+                           "recompute": True, "ep": 1}  # fmt: skip
     assert d["bubble"] == pytest.approx(3 / 11)
     assert sum(d["memory_per_gpu_bytes"].values()) < 80e9
     assert d["steps"][0]["tflops_per_gpu"] > 0 and d["tokens_per_step"] == 4 * 8 * 4096
@@ -159,3 +159,36 @@ def test_the_llm_study_refuses_a_system_it_cannot_read(tmp_path):
     r = ina_in_process("experiment", "llm", "--system", str(tmp_path / "nosuch"), "--models",
                        "llama-7b", "--out", str(tmp_path))  # fmt: skip
     assert r.returncode == 2 and "not a readable cluster file" in r.stderr
+
+
+def test_experts_split_over_ep_and_pay_two_all_to_alls_a_block_each_way(tmp_path):
+    from ina.workload import zoo
+
+    w = zoo.build("mixtral-8x7b", 1, "bf16", 256)
+    assert (w.params, w.experts, w.top_k) == (46_702_792_704, 8, 2)
+    c = clusters.sized(clusters.PRESETS["dgx-h100"], 2)
+    from ina.workload.devices import device, layer_times
+
+    t = layer_times(w, device("h100"))
+    one, _, c1 = parallel.plan(w, t, c, Layout(dp=16))
+    four, _, c4 = parallel.plan(w, t, c, Layout(dp=16, ep=4))
+    experts = sum(x.params for x in w.layers if x.name.endswith(".experts"))
+    assert one.params - four.params == experts - experts // 4
+    assert c1.ep_comm_s == 0 and c4.ep_comm_s > 0
+    assert c4.forward_s - c1.forward_s == pytest.approx(c4.ep_comm_s / 2)  # forward's half
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--workload", "gpt2", "--ep", "2"], "gpt2 has no experts"),
+        (["--workload", "mixtral-8x7b", "--ep", "3", "--tp", "1", "--dp", "24"],
+         "= 24 GPUs, but"),
+        (["--workload", "mixtral-8x7b", "--ep", "16", "--tp", "1"], "must divide"),
+    ],
+)  # fmt: skip
+def test_bad_expert_layouts_are_one_line(args, says):
+    r = ina_in_process("sim", "train", "--system", "dgx-h100", "--nodes", "2",
+                       "--timing-only", "--steps", "1", "--ignore-memory", *args)  # fmt: skip
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr

@@ -4,10 +4,10 @@ layout and network.
 For each model (with its layout) and each NIC rate, the same step runs twice on the cluster
 (`ina sim train`, timing only): with NCCL's pick for the data-parallel collective and with INA
 in the rails' switches. The table gives each step's time, INA's speed-up, and where the NCCL
-step's time goes: compute, the pipeline's bubble, tensor-parallel all-reduces, pipeline sends
-and the data-parallel collective left exposed. Tensor-parallel all-reduces run inside a node on
-NVLink and pipeline sends are point to point: INA changes neither, so it can only shorten the
-data-parallel share. Writes ``llm.md``, ``llm.json`` and ``llm.png`` (the shares, stacked).
+step's time goes: compute, the pipeline's bubble, tensor-parallel all-reduces, expert-parallel
+all-to-alls, pipeline sends and the data-parallel collective left exposed. Tensor-parallel
+all-reduces run inside a node on NVLink, all-to-alls and pipeline sends are point to point:
+INA changes none of them, so it can only shorten the data-parallel share. Writes ``llm.md``, ``llm.json`` and ``llm.png`` (the shares, stacked).
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ LAYOUTS = {
     "llama-13b": ["--tp", "2", "--zero", "1", "--micro-batches", "4"],
     "llama-70b": ["--tp", "8", "--pp", "4", "--micro-batches", "16", "--recompute"],
     "gpt3-175b": ["--tp", "8", "--pp", "8", "--micro-batches", "32", "--recompute"],
+    "mixtral-8x7b": ["--tp", "1", "--ep", "8", "--zero", "1", "--micro-batches", "4"],
 }
+
+
+SHARES = ("compute", "bubble", "tp", "ep", "pp", "dp")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,16 +94,17 @@ def run(args: argparse.Namespace, out: Path) -> list[dict]:
             it = nccl["steps"][0]["iteration_s"]
             m = nccl["layout"]["micro_batches"]
             tp = nccl["tp_comm_s_per_microbatch"] * m
+            ep = nccl["ep_comm_s_per_microbatch"] * m
             pp = nccl["pp_comm_s_per_microbatch"] * m
             dp = nccl["steps"][0]["exposed_comm_s"] + nccl["zero_gather_exposed_s"]
             bubble = nccl["bubble"] * nccl["pipeline_s"]
-            compute = max(it - tp - pp - dp - bubble, 0.0)
+            compute = max(it - tp - ep - pp - dp - bubble, 0.0)
             rows.append({
                 "model": model, "layout": nccl["layout"], "nic_rate": rate,
                 "nccl_s": it, "ina_s": ina["steps"][0]["iteration_s"],
                 "speedup": it / ina["steps"][0]["iteration_s"],
                 "share": {"compute": compute / it, "bubble": bubble / it, "tp": tp / it,
-                          "pp": pp / it, "dp": dp / it},
+                          "ep": ep / it, "pp": pp / it, "dp": dp / it},
             })  # fmt: skip
     return rows
 
@@ -111,18 +116,20 @@ def markdown(rows: list[dict], command: str) -> str:
         f"Made by `{command}`.",
         "",
         "| model | layout | NIC | NCCL step | INA step | INA speed-up | compute | bubble | "
-        "TP all-reduce | PP sends | DP exposed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "TP all-reduce | EP all-to-all | PP sends | DP exposed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lay, sh = r["layout"], r["share"]
-        layout = f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']}" + (
-            f" ZeRO {lay['zero']}" if lay["zero"] else ""
+        layout = (
+            f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']}"
+            + (f" ep {lay['ep']}" if lay["ep"] > 1 else "")
+            + (f" ZeRO {lay['zero']}" if lay["zero"] else "")
         )
         lines.append(
             f"| {r['model']} | {layout} | {r['nic_rate']} | {r['nccl_s'] * 1e3:,.0f} ms | "
             f"{r['ina_s'] * 1e3:,.0f} ms | {r['speedup']:.3f}x | "
-            + " | ".join(f"{100 * sh[k]:.1f} %" for k in ("compute", "bubble", "tp", "pp", "dp"))
+            + " | ".join(f"{100 * sh[k]:.1f} %" for k in SHARES)
             + " |"
         )
     return "\n".join(lines) + "\n"
@@ -137,7 +144,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     labels = [f"{r['model']}\n{r['nic_rate']}" for r in rows]
     bottom = [0.0] * len(rows)
-    for key in ("compute", "bubble", "tp", "pp", "dp"):
+    for key in SHARES:
         vals = [100 * r["share"][key] for r in rows]
         ax.bar(labels, vals, bottom=bottom, label=key)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from ina.protocol import FRAME_OVERHEAD, packet_bytes
 from ina.sim.cluster import Cluster
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 NCCL_ALGORITHMS = ("ring", "tree", "nvls")  # what NCCL picks among for an all-reduce
 ALGORITHMS = (*NCCL_ALGORITHMS, "hierarchical", "sharp", "ina")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -259,8 +259,22 @@ def _hierarchical(c: Cluster, nbytes: int) -> float:
     return _pipelined(c, nbytes, lat, inter_s)
 
 
+def _all_to_all(c: Cluster, nbytes: int) -> float:
+    """Every rank sends 1/n of its ``nbytes`` to each other rank, at once: the part bound for
+    the node's other GPUs over NVLink, the part bound for other nodes through the node's NICs
+    (all G GPUs' at once); one hop's latency, the slower part's bandwidth."""
+    n, g, m = c.gpus, c.gpus_per_node, c.nodes
+    hw = "net" if m > 1 else _intra_hw(c)
+    lat = (BASE_US["ring"][2] + HOP_US[hw]["ring"][2]) * 1e-6
+    intra_s = nbytes * (g - 1) / n / intra_busbw(c) if g > 1 else 0.0
+    inter_s = g * nbytes * (n - g) / n / node_busbw(c) if m > 1 else 0.0
+    return lat + max(intra_s, inter_s)
+
+
 def available(c: Cluster, collective: str) -> tuple[str, ...]:
     """The algorithms that run ``collective`` on ``c``."""
+    if collective == "all_to_all":
+        return ("p2p",)  # every rank to every other at once: nothing for a switch to add
     if collective == "reduce_scatter":
         return ("ring", "sharp", "ina")
     if collective == "all_gather":
@@ -291,7 +305,9 @@ def estimate(
         )
     if c.gpus < 2 or nbytes <= 0:
         return Estimate(collective, algorithm, "-", nbytes, 0.0, c.gpus)
-    if algorithm in ("ring", "tree"):
+    if algorithm == "p2p":
+        t, proto = _all_to_all(c, nbytes), "Simple"
+    elif algorithm in ("ring", "tree"):
         times = [(t, PROTOCOLS[p]) for p in range(3)
                  if (t := _flat(c, algorithm, collective, nbytes, p)) is not None]  # fmt: skip
         t, proto = min(times)
@@ -306,6 +322,8 @@ def estimate(
 
 def nccl_best(c: Cluster, collective: str, nbytes: int) -> Estimate:
     """What NCCL runs: the fastest of its own algorithms (no INA, no SHARP)."""
+    if collective == "all_to_all":
+        return estimate(c, collective, "p2p", nbytes)
     return min(
         (estimate(c, collective, a, nbytes) for a in available(c, collective)
          if a in NCCL_ALGORITHMS),

@@ -1,6 +1,13 @@
-"""Parallel layouts of LLM training: data (``dp``), tensor (``tp``) and pipeline (``pp``)
-parallelism, with ZeRO's stages on the data-parallel dimension, as one step of the step
-model (`ina.sim.step`).
+"""Parallel layouts of LLM training: data (``dp``), tensor (``tp``), pipeline (``pp``) and
+expert (``ep``) parallelism, with ZeRO's stages on the data-parallel dimension, as one step of
+the step model (`ina.sim.step`).
+
+**Experts** (a mixture of experts' blocks): ``ep`` ranks carved out of the data-parallel
+group each hold 1/ep of every block's experts; each MoE block sends every token's routed
+copies (top_k of them) to their experts' ranks and back, an all-to-all each way, in the
+forward and again in the backward, on the expert group's links. The experts' gradients are
+reduced with the rest (their group is dp/ep ranks, about the same ring). A switch cannot
+add anything to an all-to-all: INA leaves it as it is.
 
 **Placement** is Megatron-LM's: a rank's tensor-parallel index varies fastest, then its
 data-parallel index, then its pipeline stage, so a tensor-parallel group sits inside a node
@@ -41,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from ina.sim.cluster import Cluster
 from ina.workload.devices import LayerTimes
-from ina.workload.layers import PRECISIONS, Workload
+from ina.workload.layers import PRECISIONS, Layer, Workload
 
 _BLOCK = re.compile(r"\.(\d+)\.")
 
@@ -56,6 +63,7 @@ class Layout:
     micro_batches: int = 1
     zero: int = 0
     recompute: bool = False
+    ep: int = 1  # expert parallelism: carved out of dp, each rank holding experts / ep
 
     @property
     def gpus(self) -> int:
@@ -64,8 +72,8 @@ class Layout:
     @property
     def trivial(self) -> bool:
         """Plain DDP: the step model's own step."""
-        return (self.tp, self.pp, self.micro_batches, self.zero, self.recompute) == (
-            1, 1, 1, 0, False,
+        return (self.tp, self.pp, self.micro_batches, self.zero, self.recompute, self.ep) == (
+            1, 1, 1, 0, False, 1,
         )  # fmt: skip
 
     @property
@@ -104,6 +112,15 @@ def check(layout: Layout, cluster: Cluster, work: Workload, tp_across_nodes: boo
         raise ValueError(f"--zero takes 0, 1, 2 or 3, got {lay.zero}")
     if lay.pp > 1 and lay.zero >= 2:
         raise ValueError("ZeRO 2 and 3 shard gradients that pipeline stages accumulate: use 0 or 1")
+    if lay.ep < 1:
+        raise ValueError(f"--ep must be >= 1, got {lay.ep}")
+    if lay.ep > 1 and not work.experts:
+        raise ValueError(f"--ep {lay.ep}: {work.name} has no experts (a mixture of experts has)")
+    if lay.ep > 1 and (lay.dp % lay.ep or work.experts % lay.ep):
+        raise ValueError(
+            f"--ep {lay.ep} must divide the data-parallel size ({lay.dp}) and the "
+            f"{work.experts} experts"
+        )
 
 
 def group_cluster(c: Cluster, layout: Layout) -> Cluster:
@@ -123,6 +140,16 @@ def tp_cluster(c: Cluster, tp: int) -> Cluster:
     g = min(tp, c.gpus_per_node)
     return replace(c, name=f"{c.name} tp group", nodes=max(1, tp // c.gpus_per_node),
                    gpus_per_node=g, nvls=c.nvls and g > 1)  # fmt: skip
+
+
+def ep_cluster(c: Cluster, layout: Layout) -> Cluster:
+    """The expert-parallel group's cluster: ``ep`` ranks ``tp`` apart (Megatron's order puts
+    the expert rank right after the tensor rank), inside a node while they fit."""
+    per_node = max(1, min(c.gpus_per_node // layout.tp, layout.ep))
+    return replace(c, name=f"{c.name} ep group", nodes=layout.ep // per_node,
+                   gpus_per_node=per_node, nics_per_node=per_node,
+                   nic_bw=c.node_net_bw / c.gpus_per_node, nvls=False,
+                   intra=c.intra if per_node > 1 else "none")  # fmt: skip
 
 
 def stages(work: Workload, pp: int) -> list[list[int]]:
@@ -151,6 +178,7 @@ class StageCosts:
     tp_comm_s: float  # tensor-parallel all-reduces in one micro-batch (first stage)
     pp_comm_s: float  # one micro-batch's activation and gradient sends
     bubble: float
+    ep_comm_s: float = 0.0  # expert parallelism's all-to-alls in one micro-batch
 
 
 def _collective_s(c: Cluster, collective: str, nbytes: float) -> float:
@@ -177,23 +205,33 @@ def plan(work: Workload, times: LayerTimes, c: Cluster, layout: Layout):
         apart = lay.tp * lay.dp
         bw = intra_busbw(c) if apart < c.gpus_per_node else rail_bw(c)
         p2p = 2 * act / bw  # the activation forward, its gradient back
+    # expert parallelism: each MoE block sends its tokens to their experts' ranks and back
+    # (two all-to-alls of the routed copies, top_k of each token) each way
+    a2a = 0.0
+    if lay.ep > 1:
+        a2a = _collective_s(ep_cluster(c, lay), "all_to_all", act * work.top_k / lay.tp)
     per_stage = []
     for idx in stages(work, lay.pp):
         nblocks = len({m.group(1) for i in idx if (m := _BLOCK.search(work.layers[i].name))})
-        f = sum(times.fwd[i] for i in idx) / lay.tp + 2 * nblocks * ar
-        b = sum(times.bwd[i] for i in idx) / lay.tp + 2 * nblocks * ar
+        f = sum(times.fwd[i] for i in idx) / lay.tp + 2 * nblocks * (ar + a2a)
+        b = sum(times.bwd[i] for i in idx) / lay.tp + 2 * nblocks * (ar + a2a)
         if lay.recompute:
             b += f
         per_stage.append((idx, f + p2p / 2, b + p2p / 2, 2 * nblocks * ar))
     totals = [f + b for _, f, b, _ in per_stage]
     pipeline = sum(totals) + (lay.micro_batches - 1) * max(totals)
     idx0, f0, b0, tp0 = per_stage[0]
-    tp_all = tp0 * (3 if lay.recompute else 2)  # forward's, backward's, recomputation's
-    costs = StageCosts(f0, b0, pipeline, tp_all, p2p, lay.bubble)
+    passes = 3 if lay.recompute else 2  # forward's, backward's, recomputation's
+    nb0 = len({m.group(1) for i in idx0 if (m := _BLOCK.search(work.layers[i].name))})
+    costs = StageCosts(f0, b0, pipeline, tp0 * passes, p2p, lay.bubble, 2 * nb0 * a2a * passes)
     # the first stage's layers as one GPU holds them: gradients and times over tp
     keep = set(idx0)
+
+    def share(x: Layer) -> int:  # how many ranks split a layer's parameters
+        return lay.tp * (lay.ep if x.name.endswith(".experts") else 1)
+
     layers = tuple(
-        replace(x, grads=tuple(-(-n // lay.tp) for n in x.grads)) if i in keep
+        replace(x, grads=tuple(-(-n // share(x)) for n in x.grads)) if i in keep
         else replace(x, grads=())
         for i, x in enumerate(work.layers)
     )  # fmt: skip

@@ -151,6 +151,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     par = p.add_argument_group("parallel layout (docs/cluster.md; needs a cluster)")
     par.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (inside a node)")
     par.add_argument("--pp", type=int, default=1, help="pipeline stages (1F1B)")
+    par.add_argument(
+        "--ep", type=int, default=1, help="expert-parallel ranks (a mixture of experts)"
+    )
     par.add_argument("--dp", type=int, help="data-parallel replicas (default: GPUs / (tp x pp))")
     par.add_argument(
         "--micro-batches", type=int, default=1, help="of --batch-size each, per step and replica"
@@ -229,8 +232,8 @@ def layout_of(args: argparse.Namespace, cluster, work: Workload):
 
     if args.accumulate > 1 and args.micro_batches > 1:
         raise ValueError("--accumulate and --micro-batches say the same: name one")
-    trivial = (args.tp, args.pp, args.micro_batches, args.zero, args.recompute) == (
-        1, 1, 1, 0, False,
+    trivial = (args.tp, args.pp, args.micro_batches, args.zero, args.recompute, args.ep) == (
+        1, 1, 1, 0, False, 1,
     )  # fmt: skip
     if trivial and args.dp is None:
         return Layout(dp=cluster.gpus if cluster is not None else args.workers)
@@ -245,7 +248,7 @@ def layout_of(args: argparse.Namespace, cluster, work: Workload):
             f"{cluster.gpus} GPUs of {cluster.name}"
         )
     dp = args.dp if args.dp is not None else cluster.gpus // (args.tp * args.pp)
-    layout = Layout(dp, args.tp, args.pp, args.micro_batches, args.zero, args.recompute)
+    layout = Layout(dp, args.tp, args.pp, args.micro_batches, args.zero, args.recompute, args.ep)
     check(layout, cluster, work, args.tp_across_nodes)
     return layout
 
@@ -409,12 +412,13 @@ def layout_shape(work: Workload, times, shape, args, dp_cluster, bpv: int):
     passes = 4 / 3 if lay.recompute else 1.0  # Megatron counts the recomputed forward
     return s, {
         "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "micro_batches": lay.micro_batches,
-                   "zero": lay.zero, "recompute": lay.recompute},
+                   "zero": lay.zero, "recompute": lay.recompute, "ep": lay.ep},
         "gpus_total": lay.gpus,
         "bubble": lay.bubble,
         "pipeline_s": costs.pipeline_s,
         "tp_comm_s_per_microbatch": costs.tp_comm_s,
         "pp_comm_s_per_microbatch": costs.pp_comm_s,
+        "ep_comm_s_per_microbatch": costs.ep_comm_s,
         "zero_gather_exposed_s": zero_s,
         "zero_gather_bytes_per_gpu": zero_bytes,
         "memory_per_gpu_bytes": mem.parts,
@@ -452,8 +456,10 @@ def print_result(r: dict) -> None:
             f"layout dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']} = {r['gpus_total']:,} "
             f"GPUs, {lay['micro_batches']} micro-batches, ZeRO {lay['zero']}"
             + (", recompute" if lay["recompute"] else "")
+            + (f", ep {lay['ep']}" if lay["ep"] > 1 else "")
             + f"; bubble {100 * r['bubble']:.1f} %; TP {r['tp_comm_s_per_microbatch'] * 1e3:.2f}"
-            f" ms and PP {r['pp_comm_s_per_microbatch'] * 1e3:.2f} ms per micro-batch"
+            f" ms, PP {r['pp_comm_s_per_microbatch'] * 1e3:.2f} ms and EP "
+            f"{r['ep_comm_s_per_microbatch'] * 1e3:.2f} ms per micro-batch"
         )
         print(f"data parallel: {r['algorithm']} over {r['gpus']:,} replicas ({r['cluster']})")
         tf = r["steps"][-1]["tflops_per_gpu"]

@@ -46,7 +46,9 @@ def kind_of(module_type: str) -> str:
         return "norm"
     if "embedding" in t:
         return "embedding"
-    if t in ("linear", "lstm", "gru", "rnn", "lstmcell", "grucell", "bilinear"):
+    if t in ("linear", "lstm", "gru", "rnn", "lstmcell", "grucell", "bilinear") or t.endswith(
+        "experts"
+    ):
         return "gemm"
     return "other"
 
@@ -103,6 +105,8 @@ class Workload:
     notes: tuple[str, ...] = field(default=())
     hidden: int = 0  # a transformer's hidden size (0: not a transformer)
     blocks: int = 0  # its identical blocks (the layers tensor and pipeline parallelism split)
+    experts: int = 0  # a mixture of experts' experts per block (0: dense)
+    top_k: int = 0  # experts each token goes to
 
     def __post_init__(self) -> None:
         check_precision(self.precision)

@@ -202,6 +202,22 @@ def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int) -> Callable[
     return make
 
 
+def _mixtral_8x7b() -> nn.Module:
+    tf = _transformers()
+    # Mixtral 8x7B (Jiang et al. 2024; the model card's config.json): 32 blocks of hidden
+    # 4,096 with 8 experts of FFN 14,336 each, two per token. transformers' batched experts
+    # gather each token's two experts' weights, so the FLOP counter counts the routed work
+    # (its per-expert loop needs data-dependent shapes the meta device cannot give)
+    config = tf.MixtralConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8,
+        num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=False, use_cache=False,
+        attn_implementation=ATTENTION, experts_implementation="batched_mm",
+    )  # fmt: skip
+    return tf.MixtralForCausalLM(config)
+
+
 def _ptb_large() -> nn.Module:
     return WordLSTM(vocab=10_000, embed=1500, hidden=1500, layers=2)
 
@@ -287,6 +303,11 @@ ENTRIES: dict[str, Entry] = {
               "Brown et al. 2020, Table 2.1 (175.0B); exact count of this configuration",
               1, _gpt2(12288, 96, 96, 2048), causal_lm_step, "transformers GPT2Config", 2048,
               2048, GPT2_BLOCKS),
+        Entry("mixtral-8x7b", "Mixtral 8x7B (8 experts, 2 per token), causal LM over 4096 "
+              "tokens", 46_702_792_704,
+              "Mixtral-8x7B model card (46.7B); exact count of the published checkpoint",
+              1, _mixtral_8x7b, causal_lm_step, "transformers MixtralConfig", 4096, 32768,
+              "model.layers"),
         Entry("ncf", "NeuMF (NCF) on MovieLens-20M, MLPerf's sizes", 31_832_577,
               "He et al. 2017 with MLPerf's ml-20m sizes: derived in ina.workload.recsys",
               65_536, recsys.ncf, ncf_step, "ina.workload.recsys.NeuMF"),
@@ -392,6 +413,8 @@ def measure(
         tokens_per_sample=length or 1,
         hidden=int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 0),
         blocks=len(model.get_submodule(e.blocks)) if e.blocks else 0,
+        experts=int(getattr(config, "num_local_experts", 0) or 0),
+        top_k=int(getattr(config, "num_experts_per_tok", 0) or 0),
         source=f"zoo: {e.definition} (meta device), FLOPs by torch.utils.flop_counter",
         notes=notes,
     )
