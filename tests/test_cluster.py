@@ -379,3 +379,13 @@ def test_a_codecs_time_per_call_is_paid_per_tensor_on_a_per_tensor_path(tmp_path
         codec[bool(flag)] = (d["steps"][0]["codec_s"], len(d["buckets"]))
     (per_tensor, tensors), (bucketed, buckets) = codec[True], codec[False]
     assert per_tensor - bucketed == pytest.approx((tensors - buckets) * 25e-6)
+
+
+def test_the_default_pool_covers_the_paths_bandwidth_delay_product():
+    from ina.sim.options import MIN_POOL, auto_pool
+
+    assert auto_pool(100e9, 1e-6, 1e-6, 256) == MIN_POOL  # about 40 packets in flight
+    assert auto_pool(400e9, 1e-6, 1e-6, 256) == 256
+    assert auto_pool(1e13, 1e-6, 1e-6, 256) == 1024  # never beyond the switch's slots
+    pools = [auto_pool(r, 1e-6, 1e-6, 256) for r in (25e9, 100e9, 200e9, 400e9, 800e9)]
+    assert pools == sorted(pools)

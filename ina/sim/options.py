@@ -117,8 +117,34 @@ def cluster_of(args: argparse.Namespace, workers: int, link_rate: str, gpu: str)
         n = args.gpus or args.nodes or workers
         if args.nodes is not None and args.gpus is not None and args.nodes != args.gpus:
             raise ValueError("hosts have one GPU each: --nodes and --gpus must agree")
-        return clusters.hosts(n, units.rate(link_rate, "--link-rate"), gpu)
+        return clusters.hosts(n, link_bps(link_rate), gpu)
     return clusters.load(args.system, args.nodes, args.gpus)
+
+
+MIN_POOL = 64  # the pool `ina sim allreduce` and the wall clock use
+UNLIMITED_BPS = 1e13  # --link-rate none: a rate no collective here comes near
+
+
+def link_bps(text: str, option: str = "--link-rate") -> float:
+    """Bits per second of a rate option; ``none``/``inf`` (no limit) as `UNLIMITED_BPS`."""
+    return UNLIMITED_BPS if text in ("none", "inf") else units.rate(text, option)
+
+
+def auto_pool(rate_bps: float, prop_s: float, switch_s: float, lanes: int) -> int:
+    """Slots enough to cover the path's bandwidth-delay product, as SwitchML sizes its pool:
+    a packet's round trip (two propagation delays, the switch's latency, a packet's
+    serialization each way) at the link's rate, in packets, rounded up to a power of two and
+    at least `MIN_POOL` (at 100 Gbit/s and 1 us links the product is about 40 packets of 256
+    lanes: 64; a 400 Gbit/s rail needs 256), at most the switch's 1,024 slots."""
+    from ina.protocol import FRAME_OVERHEAD, packet_bytes
+
+    frame = packet_bytes(lanes) + FRAME_OVERHEAD
+    rtt = 2 * prop_s + switch_s + 2 * frame * 8 / rate_bps
+    need = rate_bps * rtt / 8 / frame
+    pool = MIN_POOL
+    while pool < need and pool < 1024:
+        pool *= 2
+    return pool
 
 
 def network_spec(

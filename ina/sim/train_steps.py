@@ -34,7 +34,14 @@ from ina import topology, units
 from ina.control.dc2.laws import law_params
 from ina.errors import UsageError, output_dir
 from ina.sim.cluster import hosts
-from ina.sim.options import add_cluster_arguments, add_network_arguments, cluster_of, network_spec
+from ina.sim.options import (
+    add_cluster_arguments,
+    add_network_arguments,
+    auto_pool,
+    cluster_of,
+    link_bps,
+    network_spec,
+)
 from ina.sim.step import (
     ALGORITHMS,
     CommConfig,
@@ -138,7 +145,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument("--codec", default="none", help="codec time: none or a throughput (30GB/s)")
     c.add_argument("--lanes", type=int, default=256, help="lanes per packet")
-    c.add_argument("--pool", type=int, default=64, help="slots in the job's pool (window)")
+    c.add_argument(
+        "--pool",
+        type=int,
+        help="slots in the job's pool (window); default: enough for the path's "
+        "bandwidth-delay product, at least 64",
+    )
     p.add_argument("--workers", type=int, default=8, help="hosts of one GPU (without --system)")
     add_cluster_arguments(p)
     p.add_argument(
@@ -271,7 +283,7 @@ def prepare(args: argparse.Namespace):
     system = cluster is not None
     dev = device(args.device)
     if not system and not args.topology:  # --workers hosts of one GPU at --link-rate
-        cluster = hosts(args.workers, units.rate(args.link_rate, "--link-rate"), args.device)
+        cluster = hosts(args.workers, link_bps(args.link_rate), args.device)
     opt = optimizer(args.optimizer, work)
     layout = layout_of(args, cluster, work)
     if not args.ignore_memory and layout.trivial:
@@ -316,6 +328,12 @@ def prepare(args: argparse.Namespace):
         # INA's network: one worker per node, each on one rail at that rail's line rate
         workers = cluster.nodes
         rate = f"{cluster.node_net_bw * 8 / cluster.gpus_per_node:.6g}bit/s"
+    if args.pool is None:
+        args.pool = auto_pool(
+            link_bps(rate or args.up_rate or args.link_rate),
+            units.seconds(args.prop_delay, "--prop-delay"),
+            units.seconds(args.switch_latency, "--switch-latency"), args.lanes,
+        )  # fmt: skip
     spec = network_spec(
         args, workers, args.lanes, args.pool, seed=args.seed, timing_only=args.timing_only,
         topology=fabric, rate=rate,
