@@ -12,7 +12,7 @@ TOPO      ?= single_4
 WORKLOAD  ?= none
 TOPO_ARGS ?=
 
-.PHONY: train run test test-fast bench experiment p4 topo topo-stop lint format clean help
+.PHONY: train run test test-fast bench bench-report experiment p4 topo topo-stop lint format clean help
 
 help:
 	@echo "make train   train a model with gradients summed in a simulated switch (main job)"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-fast  the edit-run loop's subset (about 1.5 min): protocol, P4 generation,"
 	@echo "             pipeline, transport, runs, compression, simulator, workloads, layers"
 	@echo "make bench   benchmarks (tables for the README)"
+	@echo "make bench-report  run them and write docs/benchmarks.md (ONLY=zoo,gpt2 for a subset)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
 	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
 	@echo "             TOPO=two_level_2x2: a spine over two leaf switches (hierarchical aggregation)"
@@ -64,6 +65,12 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m ina bench all
+
+# docs/benchmarks.md, regenerated (about 35 minutes on 2 cores); ONLY=NAME,... reruns some
+# sections and keeps the rest.
+ONLY ?=
+bench-report: $(STAMP)
+	$(PY) -m ina bench report $(if $(ONLY),--only $(ONLY))
 
 # DC2 vs no compression vs fixed levels under low and high delay variation (runs/dc2);
 # EXPERIMENT_ARGS=--long for the long run.

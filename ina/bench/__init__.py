@@ -1,1 +1,2 @@
-"""Benchmarks: `ina bench ...` / `make bench`. Numbers go to the README; tests never time."""
+"""Benchmarks: `ina bench ...` / `make bench`. `ina bench report` writes their tables
+into docs/benchmarks.md; tests never time."""

@@ -1,8 +1,10 @@
-"""`ina bench {switch,compression,compressors,bmv2,p4runtime,sim,classes,flow,zoo,all}`: run benchmarks,
-print markdown tables.
+"""`ina bench {switch,compression,compressors,bmv2,p4runtime,sim,classes,flow,zoo,report,all}`: run
+benchmarks, print markdown tables.
 
 Each benchmark is a module with ``add_arguments(parser)`` and ``main(args)``, like the `ina`
-subcommands; ``ina bench NAME --help`` lists its options.
+subcommands; ``ina bench NAME --help`` lists its options. ``ina bench report`` runs the
+benchmarks' commands and writes docs/benchmarks.md (`make bench-report`); ``ina bench all``
+runs every benchmark but the report, which would run them again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ BENCHES = {
     "classes": "ina.bench.classes",
     "flow": "ina.bench.flow",
     "zoo": "ina.bench.zoo",
+    "report": "ina.bench.report",
 }
+NOT_IN_ALL = {"report"}  # it runs the others itself
+ALL = [name for name in BENCHES if name not in NOT_IN_ALL]
 
 
 def parser_for(name: str) -> argparse.ArgumentParser:
@@ -33,7 +38,11 @@ def parser_for(name: str) -> argparse.ArgumentParser:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("which", choices=[*BENCHES, "all"], help="benchmark to run")
+    p.add_argument(
+        "which",
+        choices=[*BENCHES, "all"],
+        help="benchmark to run (report: run them and write docs/benchmarks.md)",
+    )
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for that benchmark")
 
 
@@ -41,13 +50,13 @@ def main(args: argparse.Namespace) -> int:
     """Run the benchmark(s); the exit status is the largest integer one returned."""
     if args.which == "all" and args.rest in (["-h"], ["--help"]):
         print(
-            f"usage: ina bench all\n\nruns every benchmark ({', '.join(BENCHES)}) with its "
+            f"usage: ina bench all\n\nruns every benchmark ({', '.join(ALL)}) with its "
             "defaults; it takes no options (`ina bench NAME --help` lists a benchmark's)"
         )
         return 0
     if args.which == "all" and args.rest:
         raise UsageError("`ina bench all` runs every benchmark with its defaults: no options")
-    names = list(BENCHES) if args.which == "all" else [args.which]
+    names = ALL if args.which == "all" else [args.which]
     # Parse every benchmark's options before running any: a typo fails at once.
     parsed = [(name, parser_for(name).parse_args(args.rest)) for name in names]
     for name, options in parsed:  # and check them, where a benchmark can
