@@ -66,7 +66,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m ina bench all
 
-# docs/benchmarks.md, regenerated (about 35 minutes on 2 cores); ONLY=NAME,... reruns some
+# docs/benchmarks.md, regenerated (about 26 minutes on 2 cores); ONLY=NAME,... reruns some
 # sections and keeps the rest.
 ONLY ?=
 bench-report: $(STAMP)

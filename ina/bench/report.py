@@ -9,7 +9,8 @@ runs of `ina sim train`); each runs in a process of its own, timed with its peak
 has it, with its own machine and date. A section whose tool is missing here (BMv2 and p4c,
 root, Mininet) or whose command fails is kept the same way, and the run says why. The whole
 report takes about ``FULL_MINUTES`` minutes on 2 cores (the sum of each entry's ``minutes``,
-measured or taken from the earlier runs' wall times), BMv2 and Mininet not included.
+measured by this report where it ran them, else estimated from the earlier runs' wall times),
+BMv2 and Mininet not included.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def timed(runs: list[Run]) -> str:
     rows += [f"| `{shown(r.argv)}` | {r.wall_s:.1f} | {r.peak_bytes / 2**30:.2f} |" for r in runs]
     tails = []
     for r in runs:
-        tail = [ln.rstrip() for ln in r.stdout.strip().splitlines()[-6:]]
+        lines = [ln.rstrip() for ln in r.stdout.strip().splitlines()]
+        tail = [ln for ln in lines if not ln.startswith("wrote ")][-12:]  # not the temporary folder
         tails += ["", f"`{shown(r.argv)}` ended with:", "", "```", *tail, "```"]
     return "\n".join(rows + tails)
 
@@ -139,7 +141,7 @@ ENTRIES: list[Entry] = [
         "Seconds to build each model on the meta device and count one step's FLOPs "
         "([workloads.md](workloads.md)); goal: <= 5 s each.",
         ("ina bench zoo",),
-        0.3,
+        0.25,
     ),
     Entry(
         "workload-steps",
@@ -151,7 +153,7 @@ ENTRIES: list[Entry] = [
             f"{SIM_TRAIN} --workload resnet50 --device v100 --precision fp16 --workers 32 "
             "--stragglers slow:3=1.5+jitter:0.05",
         ),
-        1.7,
+        0.7,
         timed,
     ),
     Entry(
@@ -171,7 +173,7 @@ ENTRIES: list[Entry] = [
         "8 MB (1 MB at 32 lanes) three times; gradient payload = completed slots x lanes x "
         "4 bytes per second ([switch-model.md](switch-model.md)).",
         ("ina bench switch",),
-        3,
+        0.6,
     ),
     Entry(
         "bmv2",
@@ -213,7 +215,7 @@ ENTRIES: list[Entry] = [
         "the wall time of `ina train --sim` on digits ([simulation.md](simulation.md)); "
         "goal: 200k packets per wall s.",
         ("ina bench sim",),
-        1.5,
+        0.2,
     ),
     Entry(
         "scale",
@@ -227,7 +229,7 @@ ENTRIES: list[Entry] = [
             f"{LOSS} --link-loss 0.01",
             f"{LOSS} --link-loss 0",
         ),
-        3.5,
+        2.5,
         timed,
     ),
     Entry(
@@ -237,7 +239,7 @@ ENTRIES: list[Entry] = [
         "a straggler and 0.1 % loss on one link ([simulation.md](simulation.md)); goals: "
         "<= 60 s and <= 8 GB at 1,024, <= 5 min at 4,096.",
         ("ina bench classes",),
-        7,
+        6,
     ),
     Entry(
         "flow",
@@ -245,7 +247,7 @@ ENTRIES: list[Entry] = [
         "Each `ina sim allreduce` run by the packet engine and as a fluid (`--flow`) "
         "([simulation.md](simulation.md#the-flow-level-against-the-packet-engine)).",
         ("ina bench flow",),
-        2,
+        0.6,
     ),
     Entry(
         "compare",
@@ -264,7 +266,7 @@ ENTRIES: list[Entry] = [
         "4 workers train an MLP on digits through the switch model for 20 epochs "
         "([training.md](training.md)).",
         (f"ina train --workers 4 --no-progress --out {OUT_DIR}",),
-        0.7,
+        0.25,
         timed,
     ),
     Entry(
