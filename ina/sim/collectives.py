@@ -88,8 +88,6 @@ EFFICIENCY = {
     "nvls": 275 / 450,
 }
 
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-
 
 @dataclass(frozen=True)
 class Estimate:

@@ -241,12 +241,6 @@ def plan(work: Workload, times: LayerTimes, c: Cluster, layout: Layout):
     return replace(work, layers=layers), LayerTimes(fwd, bwd, times.optimizer), costs
 
 
-def optimizer_share(layout: Layout, params_stage: float, params: float) -> float:
-    """The share of the whole model's optimizer step one GPU does."""
-    share = params_stage / max(params, 1) / layout.tp
-    return share / layout.dp if layout.zero >= 1 else share
-
-
 @dataclass(frozen=True)
 class Memory:
     """Bytes per GPU by part, for a layout."""
