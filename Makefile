@@ -20,7 +20,7 @@ help:
 	@echo "make test    the test suite"
 	@echo "make test-fast  the edit-run loop's subset (about 1.5 min): protocol, P4 generation,"
 	@echo "             pipeline, transport, runs, compression, simulator, workloads, layers"
-	@echo "make bench   benchmarks (tables for the README)"
+	@echo "make bench   benchmarks (ina bench all: their tables on the terminal)"
 	@echo "make bench-report  run them and write docs/benchmarks.md (ONLY=zoo,gpt2 for a subset)"
 	@echo "make p4      compile the P4 program (needs p4c-bm2-ss)"
 	@echo "make topo    Mininet network around the switch (root; TOPO=single_4 WORKLOAD=allreduce|train)"
