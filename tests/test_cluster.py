@@ -389,3 +389,29 @@ def test_the_default_pool_covers_the_paths_bandwidth_delay_product():
     assert auto_pool(1e13, 1e-6, 1e-6, 256) == 1024  # never beyond the switch's slots
     pools = [auto_pool(r, 1e-6, 1e-6, 256) for r in (25e9, 100e9, 200e9, 400e9, 800e9)]
     assert pools == sorted(pools)
+
+
+def test_a_users_calibration_file_overrides_its_kinds_on_its_own_device(tmp_path):
+    f = tmp_path / "cal.json"
+    f.write_text(json.dumps({"device": "h100", "precision": "bf16",
+                             "efficiency": {"gemm": 1.0, "attention": 1.0}}))  # fmt: skip
+    base = ("sim", "train", "--workload", "gpt2", "--precision", "bf16", "--device", "h100",
+            "--timing-only", "--steps", "1", "--algorithm", "nccl")  # fmt: skip
+    times = {}
+    for name, extra in (("own", ["--calibration", str(f)]), ("built-in", [])):
+        r = ina_in_process(*base, *extra, "--out", str(tmp_path / name))
+        assert r.returncode == 0, r.stderr
+        times[name] = json.loads((tmp_path / name / "result.json").read_text())
+    assert times["own"]["steps"][0]["compute_s"] < times["built-in"]["steps"][0]["compute_s"]
+    assert times["own"]["calibration_file"] == str(f)
+    for data, says in (
+        ({"device": "a100", "efficiency": {}}, "is for device 'a100'"),
+        ({"device": "h100", "precision": "fp32", "efficiency": {}}, "this run trains in bf16"),
+        ({"device": "h100", "efficiency": {"matmul": 0.5}}, "unknown kind 'matmul'"),
+        ({"device": "h100", "efficiency": {"gemm": 0}}, "must be a number in (0, 4]"),
+        ({"device": "h100"}, "an 'efficiency' object"),
+    ):
+        f.write_text(json.dumps(data))
+        r = ina_in_process(*base, "--calibration", str(f))
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1

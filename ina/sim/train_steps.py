@@ -98,6 +98,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"measurements; {DEFAULT_EFFICIENCY:g} where the device has none) or a number",
     )
     w.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="your own efficiency per kind of layer for this device (JSON; docs/cluster.md)",
+    )
+    w.add_argument(
         "--compute",
         default="profile",
         help="profile (the device's roofline per layer) or fixed:TIME (forward + backward, "
@@ -293,7 +298,12 @@ def prepare(args: argparse.Namespace):
             args.efficiency = float(args.efficiency)
         except ValueError:
             raise ValueError(f"--efficiency {args.efficiency!r}: calibrated or a number") from None
-    times = layer_times(work, dev, args.efficiency, opt.step_values * 4)
+    overrides = None
+    if args.calibration:
+        from ina.workload.calibration import load_file
+
+        overrides = load_file(args.calibration, dev.name, work.precision)
+    times = layer_times(work, dev, args.efficiency, opt.step_values * 4, overrides)
     name, _, rest = args.compute.partition(":")
     if name == "fixed" and rest:
         times = rescale(times, units.seconds(rest, "--compute fixed"))
@@ -399,6 +409,7 @@ def result_of(work: Workload, args, times, r: dict) -> dict:
         "device": args.device,
         "efficiency": args.efficiency,
         "calibrated": args.efficiency == CALIBRATED and calibrated(args.device, work.precision),
+        "calibration_file": args.calibration,
         "optimizer": args.optimizer,
         "memory_per_gpu_bytes": footprint(work, optimizer(args.optimizer, work)).parts(),
         "compute": args.compute,
@@ -447,6 +458,8 @@ def layout_shape(work: Workload, times, shape, args, dp_cluster, bpv: int):
 
 
 def _efficiency(r: dict) -> str:
+    if r.get("calibration_file"):
+        return f"the efficiencies of {r['calibration_file']} (the built-in ones elsewhere)"
     if r["efficiency"] != CALIBRATED:
         return f"{r['efficiency']:g} of peak"
     if r["calibrated"]:

@@ -99,3 +99,40 @@ def efficiency(device: str, precision: str, kind: str) -> tuple[float, bool]:
 
 def calibrated(device: str, precision: str) -> bool:
     return efficiency(device, precision, "gemm")[1]
+
+
+def load_file(path: str, device: str, precision: str) -> dict[str, float]:
+    """A user's calibration file: JSON ``{"device": "h100", "precision": "bf16",
+    "efficiency": {"gemm": 0.62, "attention": 0.4, ...}, "source": "..."}``, each kind's share
+    of peak from their own measurement (kinds it leaves out keep the built-in figure). One
+    line (ValueError) for a file that does not parse, names a field wrongly, or is for another
+    device or precision than the run's."""
+    import json
+    from pathlib import Path
+
+    where = f"--calibration {path}"
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{where}: cannot read it ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("efficiency"), dict):
+        raise ValueError(f"{where}: a JSON object with 'device' and an 'efficiency' object")
+    unknown = set(data) - {"device", "precision", "efficiency", "source"}
+    if unknown:
+        raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    if data.get("device") != device:
+        raise ValueError(
+            f"{where} is for device {data.get('device')!r}; this run's GPUs are {device}"
+        )
+    if "precision" in data and data["precision"] != precision:
+        raise ValueError(f"{where} is for {data['precision']!r}; this run trains in {precision}")
+    out = {}
+    for kind, value in data["efficiency"].items():
+        if kind not in KINDS:
+            raise ValueError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 4:
+            raise ValueError(f"{where}: efficiency of {kind} must be a number in (0, 4]")
+        out[kind] = float(value)
+    return out

@@ -125,19 +125,25 @@ def layer_times(
     dev: Device | None,
     efficiency: float | str = DEFAULT_EFFICIENCY,
     optimizer_bytes: float = OPTIMIZER_BYTES_PER_PARAM,
+    overrides: dict[str, float] | None = None,
 ) -> LayerTimes:
     """Each layer's seconds on ``dev`` at the workload's precision: measured times where the
     workload has them, the roofline otherwise (``dev`` None: measured times only), at one
-    ``efficiency`` or at the calibrated one of each layer's kind (``"calibrated"``);
-    ``optimizer_bytes``: what the optimizer's step moves per parameter."""
+    ``efficiency`` or at the calibrated one of each layer's kind (``"calibrated"``), with a
+    user's calibration file's ``overrides`` per kind over it; ``optimizer_bytes``: what the
+    optimizer's step moves per parameter."""
     from ina.workload.calibration import efficiency as calibrated
 
     if efficiency != CALIBRATED:
         check_efficiency(efficiency)
+    overrides = overrides or {}
     if dev is not None:
         dev.peak(w.precision)  # a precision the device lacks is an error even if measured
 
     def eff(kind: str) -> float:
+        mine = overrides.get(kind, overrides.get("conv") if kind == "conv3x3" else None)
+        if mine is not None:
+            return mine
         if efficiency == CALIBRATED:
             return calibrated(dev.name, w.precision, kind)[0]
         return efficiency
