@@ -60,23 +60,33 @@ def test_a_sweep_killed_outright_leaves_no_process_running():
     sweep = subprocess.Popen([sys.executable, "-c", code])
     pool: set[int] = set()
     try:
-
-        def started() -> bool:
-            pool.clear()
-            pool.update(p for p in descendants(sweep.pid) if _in_pool(p))
-            return len(pool) == 2
-
-        wait_for(started, 60, "two pool processes")
+        _wait_for_pool(sweep, pool)
         sweep.send_signal(signal.SIGTERM)
         assert sweep.wait(10) == -signal.SIGTERM
         wait_for(lambda: not any(alive(p) for p in pool), 10, f"pool processes {pool} to stop")
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-        for p in pool:  # (a failed test leaves no 60 s sleeper to the next one)
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        _reap(sweep, pool)
+
+
+def _wait_for_pool(sweep: subprocess.Popen, pool: set[int]) -> None:
+    """Wait until the sweep's two pool processes run; ``pool`` holds their PIDs."""
+
+    def started() -> bool:
+        pool.clear()
+        pool.update(p for p in descendants(sweep.pid) if _in_pool(p))
+        return len(pool) == 2
+
+    wait_for(started, 60, "two pool processes")
+
+
+def _reap(sweep: subprocess.Popen, pool: set[int]) -> None:
+    """Stop what a failed test left running (no 60 s sleeper left to the next test)."""
+    if sweep.poll() is None:
+        sweep.kill()
+        sweep.wait()
+    for p in pool:
+        if alive(p):
+            os.kill(p, signal.SIGKILL)
 
 
 def _in_pool(pid: int) -> bool:
@@ -106,25 +116,14 @@ def test_ctrl_c_stops_a_parallel_sweep_at_once():
                              text=True, start_new_session=True)  # fmt: skip
     pool: set[int] = set()
     try:
-
-        def started() -> bool:
-            pool.clear()
-            pool.update(p for p in descendants(sweep.pid) if _in_pool(p))
-            return len(pool) == 2
-
-        wait_for(started, 60, "two pool processes")
+        _wait_for_pool(sweep, pool)
         os.killpg(sweep.pid, signal.SIGINT)
         _, err = sweep.communicate(timeout=15)  # a queued run alone would take 60 s
         assert sweep.returncode == 130, err[-3000:]
         assert err.strip() == "ina sweep: interrupted", err[-3000:]  # no traceback, no leak
         wait_for(lambda: not any(alive(p) for p in pool), 10, f"pool processes {pool} to stop")
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-        for p in pool:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        _reap(sweep, pool)
 
 
 def test_a_failed_run_stops_the_sweep_at_once():
